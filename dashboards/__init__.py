@@ -1,0 +1,1 @@
+"""Grafana dashboards and alert rules as code (generated JSON, export and push)."""

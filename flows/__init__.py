@@ -1,0 +1,1 @@
+"""Prefect orchestration and the ``kernelwatch`` command line."""

@@ -1,0 +1,1 @@
+"""How kernels are measured: suite discovery, correctness, device selection, the runner."""

@@ -1,0 +1,193 @@
+"""The suite interface: how a kernel repository declares what kernelwatch measures.
+
+A *suite* is any importable Python module with a module-level ``SUITE`` of type :class:`Suite`.
+Each :class:`KernelSpec` in it says how to make inputs for a case, how to launch the kernel
+under test, how to compute a float64 reference, which stock-library call is the baseline to
+beat, which named workloads (lists of cases) exist, and the analytic FLOP / byte model.
+
+This module is the contract between kernelwatch and kernel repositories (``docs/SUITES.md``
+documents it). It depends on torch only; nothing here imports Triton, so a suite can be
+described before the device is chosen.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelwatch.harness.records import LaunchConfig
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "DTYPES",
+    "Baseline",
+    "KernelSpec",
+    "LaunchConfig",
+    "Params",
+    "Suite",
+    "Tensors",
+    "case_label",
+    "validate_suite",
+]
+
+#: Canonical dtype names used in records, CLI flags and specs.
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+
+#: Relative-error tolerances (``||out - ref|| / ||ref||``) when a spec does not override them.
+#: About 4x the RMS rounding error of one rounding to the output type: fp16 has an 11-bit
+#: significand (RMS error 2^-11/sqrt(3) ~ 2.8e-4), bf16 an 8-bit one (~2.3e-3).
+DEFAULT_TOLERANCE: dict[str, float] = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}
+
+ParamValue = int | float | str | bool
+Params = Mapping[str, ParamValue]
+Tensors = Mapping[str, torch.Tensor]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The stock-library call a kernel team must beat (e.g. ``torch.matmul`` -> cuBLAS).
+
+    ``fn(inputs, params)`` returns freshly allocated outputs with the same names as the
+    kernel's outputs.
+    """
+
+    name: str
+    fn: Callable[[Tensors, Params], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything kernelwatch needs to check, time and model one kernel.
+
+    Callables receive the case's ``params`` (a flat mapping of ints, floats, strings, bools)
+    so a spec stays declarative: shapes live in workloads, not in code.
+
+    - ``make_inputs(params, dtype, device, generator)``: fresh random inputs. Floating-point
+      tensors must be drawn from ``generator`` (never zeros or constants). Non-contiguous
+      views are welcome: they are how strides get tested.
+    - ``make_outputs(inputs, params)``: output tensors to be written by the kernel. The
+      harness fills them with NaN before every launch, so unwritten elements are caught.
+    - ``launch(inputs, outputs, params, config)``: runs the kernel under test. ``config`` is
+      ``None`` to let the kernel choose (autotune or heuristics), or a pinned point of
+      ``configs``. Returns the config actually used (block sizes, warps, stages), which
+      becomes part of the result's provenance.
+    - ``reference(inputs, params)``: the expected outputs; called with every floating-point
+      input converted to float64.
+    """
+
+    name: str
+    summary: str
+    make_inputs: Callable[[Params, torch.dtype, torch.device, torch.Generator], dict[str, Any]]
+    make_outputs: Callable[[Tensors, Params], dict[str, torch.Tensor]]
+    launch: Callable[[Tensors, Tensors, Params, LaunchConfig | None], LaunchConfig]
+    reference: Callable[[Tensors, Params], dict[str, torch.Tensor]]
+    baseline: Baseline
+    workloads: Mapping[str, tuple[Params, ...]]
+    flops: Callable[[Params], int]
+    min_bytes: Callable[[Params, int], int]
+    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
+    tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
+    configs: tuple[LaunchConfig, ...] = ()
+    pinned_config: LaunchConfig | None = None
+    deterministic: bool = True
+
+    def cases(self, workload: str) -> tuple[Params, ...]:
+        """The cases of one named workload; raises ``KeyError`` naming the valid ones."""
+        try:
+            return self.workloads[workload]
+        except KeyError:
+            valid = ", ".join(sorted(self.workloads))
+            raise KeyError(
+                f"kernel {self.name!r} has no workload {workload!r} (has: {valid})"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named collection of kernel specs: what a suite module exposes as ``SUITE``."""
+
+    name: str
+    kernels: tuple[KernelSpec, ...]
+
+    def __post_init__(self) -> None:
+        problems = validate_suite(self)
+        if problems:
+            raise ValueError(f"suite {self.name!r} is malformed: " + "; ".join(problems))
+
+    def kernel(self, name: str) -> KernelSpec:
+        for spec in self.kernels:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [spec.name for spec in self.kernels]
+
+    @property
+    def workloads(self) -> list[str]:
+        return sorted({w for spec in self.kernels for w in spec.workloads})
+
+
+def validate_suite(suite: Suite) -> list[str]:
+    """Every way ``suite`` breaks the interface, as short human-readable problems."""
+    problems: list[str] = []
+    if not _NAME.match(suite.name):
+        problems.append(f"suite name {suite.name!r} must match {_NAME.pattern}")
+    if not suite.kernels:
+        problems.append("it declares no kernels")
+    seen: set[str] = set()
+    for spec in suite.kernels:
+        if not isinstance(spec, KernelSpec):
+            problems.append(f"{spec!r} is not a KernelSpec")
+            continue
+        if spec.name in seen:
+            problems.append(f"kernel name {spec.name!r} is declared twice")
+        seen.add(spec.name)
+        problems.extend(f"kernel {spec.name!r}: {p}" for p in _validate_spec(spec))
+    return problems
+
+
+def _validate_spec(spec: KernelSpec) -> list[str]:
+    problems = []
+    if not _NAME.match(spec.name):
+        problems.append(f"name must match {_NAME.pattern}")
+    unknown = [d for d in spec.dtypes if d not in DTYPES]
+    if unknown or not spec.dtypes:
+        problems.append(f"dtypes {list(spec.dtypes)} must be a non-empty subset of {list(DTYPES)}")
+    missing_tol = [d for d in spec.dtypes if d in DTYPES and d not in spec.tolerance]
+    if missing_tol:
+        problems.append(f"no tolerance for dtypes {missing_tol}")
+    bad_tol = [d for d, t in spec.tolerance.items() if not (math.isfinite(t) and t > 0)]
+    if bad_tol:
+        problems.append(f"tolerance for {bad_tol} must be a positive finite number")
+    if not spec.workloads:
+        problems.append("declares no workloads")
+    for workload, cases in spec.workloads.items():
+        if not _NAME.match(workload):
+            problems.append(f"workload name {workload!r} must match {_NAME.pattern}")
+        if not cases:
+            problems.append(f"workload {workload!r} has no cases")
+        for case in cases:
+            bad = {k: v for k, v in case.items() if not isinstance(v, ParamValue)}
+            if bad:
+                problems.append(f"workload {workload!r}: case params {bad} are not scalars")
+    if spec.configs and spec.pinned_config is None:
+        problems.append("has autotune configs but no pinned_config for devices that cannot tune")
+    return problems
+
+
+def case_label(params: Params) -> str:
+    """A compact, stable text for a case, e.g. ``m=33 n=40 k=48``."""
+    return " ".join(f"{k}={v}" for k, v in params.items())

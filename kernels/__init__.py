@@ -1,0 +1,10 @@
+"""The built-in suite: Triton kernels that LLM serving uses, each with its spec.
+
+It is an ordinary suite module (see ``docs/SUITES.md``): kernelwatch finds it through the
+module-level ``SUITE``, exactly as it finds a suite in another repository.
+"""
+
+from kernelwatch.harness.spec import Suite
+from kernelwatch.kernels.rmsnorm import FUSED_ADD_RMS_NORM, RMS_NORM
+
+SUITE = Suite(name="builtin", kernels=(RMS_NORM, FUSED_ADD_RMS_NORM))

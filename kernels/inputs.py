@@ -1,0 +1,49 @@
+"""Input construction shared by the built-in specs: random, seeded, optionally strided."""
+
+from __future__ import annotations
+
+import torch
+
+
+def randn(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    generator: torch.Generator,
+    *,
+    scale: float = 1.0,
+    shift: float = 0.0,
+    row_pad: int = 0,
+) -> torch.Tensor:
+    """Normal(shift, scale) values of ``shape``.
+
+    With ``row_pad > 0`` the result is a view into a buffer whose last dimension is ``row_pad``
+    elements wider, so every outer stride is larger than the shape implies: the way real
+    activations look when they are slices of a fused projection's output.
+    """
+    full = (*shape[:-1], shape[-1] + row_pad)
+    values = torch.randn(full, generator=generator, device=device, dtype=torch.float32)
+    buffer = (values * scale + shift).to(dtype)
+    return buffer[..., : shape[-1]] if row_pad else buffer
+
+
+def empty_like_dense(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor of ``t``'s shape, dtype and device (contents undefined)."""
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (>= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def warps_for_row(block: int) -> int:
+    """Warps for a one-row-per-program kernel: enough threads to hold ``block`` elements in
+    registers without spilling, as Liger-Kernel and vLLM size their norm kernels."""
+    if block >= 32768:
+        return 32
+    if block >= 8192:
+        return 16
+    if block >= 2048:
+        return 8
+    return 4
