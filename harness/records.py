@@ -77,6 +77,10 @@ class CaseId:
     params: Mapping[str, int | float | str | bool]
     dtype: str
 
+    def label(self) -> str:
+        """The case parameters as compact text, e.g. ``m=33 n=40 k=48``."""
+        return " ".join(f"{k}={v}" for k, v in self.params.items())
+
     def key(self) -> str:
         """A stable hash of the identity (params in canonical order)."""
         canonical = json.dumps(

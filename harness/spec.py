@@ -31,7 +31,6 @@ __all__ = [
     "Params",
     "Suite",
     "Tensors",
-    "case_label",
     "validate_suite",
 ]
 
@@ -186,8 +185,3 @@ def _validate_spec(spec: KernelSpec) -> list[str]:
     if spec.configs and spec.pinned_config is None:
         problems.append("has autotune configs but no pinned_config for devices that cannot tune")
     return problems
-
-
-def case_label(params: Params) -> str:
-    """A compact, stable text for a case, e.g. ``m=33 n=40 k=48``."""
-    return " ".join(f"{k}={v}" for k, v in params.items())

@@ -5,6 +5,14 @@ module-level ``SUITE``, exactly as it finds a suite in another repository.
 """
 
 from kernelwatch.harness.spec import Suite
+from kernelwatch.kernels.activation import SILU_AND_MUL
+from kernelwatch.kernels.attention import FLASH_ATTENTION
+from kernelwatch.kernels.gemm import GEMM
 from kernelwatch.kernels.rmsnorm import FUSED_ADD_RMS_NORM, RMS_NORM
+from kernelwatch.kernels.rope import ROPE
+from kernelwatch.kernels.softmax import SOFTMAX
 
-SUITE = Suite(name="builtin", kernels=(RMS_NORM, FUSED_ADD_RMS_NORM))
+SUITE = Suite(
+    name="builtin",
+    kernels=(RMS_NORM, FUSED_ADD_RMS_NORM, SOFTMAX, SILU_AND_MUL, ROPE, GEMM, FLASH_ATTENTION),
+)

@@ -14,7 +14,7 @@ import triton.language as tl
 from kernelwatch.harness.spec import Baseline, KernelSpec, LaunchConfig, Params, Tensors
 from kernelwatch.kernels.inputs import empty_like_dense, next_pow2, randn, warps_for_row
 
-MAX_HIDDEN = 65536
+MAX_HIDDEN = 32768
 EPS = 1e-6
 
 
@@ -80,12 +80,26 @@ def _launch(
     # Without a residual the residual pointers are never dereferenced (HAS_RESIDUAL=False).
     res_, res_out_ = (res, res_out) if has_res else (x, out)
     rms_norm_kernel[(rows,)](
-        x, res_, w, out, res_out_, n_cols,
-        x.stride(0), x.stride(1), res_.stride(0), res_.stride(1),
-        out.stride(0), out.stride(1), res_out_.stride(0), res_out_.stride(1),
-        eps, HAS_RESIDUAL=has_res, BLOCK_N=block,
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )  # fmt: skip
+        x,
+        res_,
+        w,
+        out,
+        res_out_,
+        n_cols,
+        x.stride(0),
+        x.stride(1),
+        res_.stride(0),
+        res_.stride(1),
+        out.stride(0),
+        out.stride(1),
+        res_out_.stride(0),
+        res_out_.stride(1),
+        eps,
+        HAS_RESIDUAL=has_res,
+        BLOCK_N=block,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
     return config
 
 

@@ -1,0 +1,219 @@
+"""Check one kernel case against its float64 reference.
+
+Each case gets fresh random inputs from a seed derived from its identity, runs the kernel
+twice into outputs poisoned with two different values (NaN, then a finite sentinel), and
+compares. The two poisons make three failure modes distinguishable that a single launch would
+blur: elements never written (NaN in run one *and* the sentinel in run two), elements the
+kernel computed as NaN/Inf, and results that change between identical launches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from kernelwatch.harness.device import Device, software_info
+from kernelwatch.harness.records import CaseId, CorrectnessResult, LaunchConfig, SoftwareInfo
+from kernelwatch.harness.spec import DTYPES, KernelSpec, Params
+
+#: Finite poison for the second launch; exactly representable in fp16, bf16 and fp32.
+SENTINEL = -7168.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How one launch's outputs compare with the reference: the pure part of a check."""
+
+    rel_error: float | None
+    max_abs_error: float | None
+    nonfinite: int
+    unwritten: int
+    differing: int
+    failures: tuple[str, ...]
+
+
+def case_seed(seed: int, case: CaseId) -> int:
+    """A per-case seed: the same case always sees the same inputs for a given run seed, and
+    different cases never share them."""
+    digest = hashlib.sha256(f"{seed}:{case.key()}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def compare(
+    first: Mapping[str, torch.Tensor],
+    second: Mapping[str, torch.Tensor],
+    reference: Mapping[str, torch.Tensor],
+    tolerance: float,
+    expect_deterministic: bool = True,
+) -> Comparison:
+    """Compare two launches (NaN-poisoned, then SENTINEL-poisoned) with the reference.
+
+    ``rel_error`` is the worst ``||out - ref|| / ||ref||`` over outputs (the absolute norm
+    where the reference is all zeros); it and ``max_abs_error`` are ``None`` when an output is
+    not finite, because a number computed from NaN would read like a measurement.
+    """
+    if set(first) != set(reference):
+        raise ValueError(
+            f"the spec's reference returns {sorted(reference)} but the kernel writes "
+            f"{sorted(first)}: make the output names match"
+        )
+    failures: list[str] = []
+    worst_rel, worst_abs = 0.0, 0.0
+    nonfinite = unwritten = differing = 0
+    finite_everywhere = True
+    for name in sorted(first):
+        out, again = first[name], second[name]
+        ref = reference[name].to(torch.float64)
+        if out.shape != ref.shape:
+            raise ValueError(
+                f"output {name!r} has shape {tuple(out.shape)}, reference has {tuple(ref.shape)}"
+            )
+        holes = torch.isnan(out) & (again == torch.tensor(SENTINEL, dtype=again.dtype))
+        bad = ~torch.isfinite(out) & ~holes
+        n_holes, n_bad = int(holes.sum()), int(bad.sum())
+        if n_holes:
+            first_hole = tuple(int(i) for i in holes.nonzero()[0])
+            failures.append(
+                f"{n_holes} of {out.numel()} elements of {name!r} never written "
+                f"(first at index {first_hole})"
+            )
+        if n_bad:
+            failures.append(f"{n_bad} of {out.numel()} elements of {name!r} are NaN/Inf")
+        unwritten += n_holes
+        nonfinite += n_bad
+        if n_holes or n_bad:
+            finite_everywhere = False
+            continue
+        diff = out.to(torch.float64) - ref
+        ref_norm = float(torch.linalg.vector_norm(ref))
+        err_norm = float(torch.linalg.vector_norm(diff))
+        rel = err_norm / ref_norm if ref_norm > 0 else err_norm
+        max_abs = float(diff.abs().max()) if diff.numel() else 0.0
+        if rel > tolerance:
+            failures.append(f"{name!r} relative error {rel:.3g} exceeds tolerance {tolerance:.3g}")
+        worst_rel, worst_abs = max(worst_rel, rel), max(worst_abs, max_abs)
+        n_diff = _bitwise_differences(out, again)
+        differing += n_diff
+        if n_diff and expect_deterministic:
+            failures.append(
+                f"nondeterministic: two launches on the same inputs differ in {n_diff} "
+                f"elements of {name!r}"
+            )
+    return Comparison(
+        rel_error=worst_rel if finite_everywhere else None,
+        max_abs_error=worst_abs if finite_everywhere else None,
+        nonfinite=nonfinite,
+        unwritten=unwritten,
+        differing=differing,
+        failures=tuple(failures),
+    )
+
+
+def _bitwise_differences(a: torch.Tensor, b: torch.Tensor) -> int:
+    if a.dtype.is_floating_point:
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        a, b = a.contiguous().view(bits), b.contiguous().view(bits)
+    return int((a != b).sum())
+
+
+def check_case(
+    spec: KernelSpec,
+    suite: str,
+    workload: str,
+    params: Params,
+    dtype: str,
+    device: Device,
+    seed: int = 0,
+    software: SoftwareInfo | None = None,
+) -> CorrectnessResult:
+    """Run one case and return its verdict; never raises for a kernel's own failure."""
+    case = CaseId(suite, spec.name, workload, dict(params), dtype)
+    base = {
+        "case": case,
+        "tolerance": spec.tolerance[dtype],
+        "seed": seed,
+        "device": device.info,
+        "software": software or software_info(),
+    }
+    if dtype in device.unsupported_dtypes:
+        reason = f"unsupported on {device.info.kind}: {device.unsupported_dtypes[dtype]}"
+        return CorrectnessResult(verdict="unsupported", reason=reason, **base)
+    start = time.perf_counter()
+    config: LaunchConfig | None = None
+    try:
+        generator = torch.Generator(device=device.torch_device)
+        generator.manual_seed(case_seed(seed, case))
+        torch_dtype = DTYPES[dtype]
+        inputs = spec.make_inputs(params, torch_dtype, torch.device(device.torch_device), generator)
+        _require_random(inputs)
+        reference = spec.reference(_to_float64(inputs), params)
+        pinned = None if device.can_autotune else spec.pinned_config
+        first, config = _launch(spec, inputs, params, pinned, float("nan"), device)
+        # The second launch reuses the first one's config so that autotuning cannot pass for
+        # nondeterminism.
+        second, _ = _launch(spec, inputs, params, config, SENTINEL, device)
+        result = compare(first, second, reference, spec.tolerance[dtype], spec.deterministic)
+    except Exception as exc:  # a kernel's failure is a verdict, not a crash of the harness
+        message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+        return CorrectnessResult(
+            verdict="error",
+            reason=message[:500],
+            config=config,
+            duration_s=time.perf_counter() - start,
+            detail="".join(traceback.format_exc(limit=8))[-4000:],
+            **base,
+        )
+    return CorrectnessResult(
+        verdict="fail" if result.failures else "pass",
+        reason="; ".join(result.failures),
+        rel_error=result.rel_error,
+        max_abs_error=result.max_abs_error,
+        nonfinite=result.nonfinite,
+        unwritten=result.unwritten,
+        deterministic=result.differing == 0 if result.unwritten == 0 else None,
+        config=config,
+        duration_s=time.perf_counter() - start,
+        **base,
+    )
+
+
+def _launch(
+    spec: KernelSpec,
+    inputs: Mapping[str, torch.Tensor],
+    params: Params,
+    config: LaunchConfig | None,
+    poison: float,
+    device: Device,
+) -> tuple[dict[str, torch.Tensor], LaunchConfig]:
+    outputs = spec.make_outputs(inputs, params)
+    for out in outputs.values():
+        out.fill_(poison)
+    used = spec.launch(inputs, outputs, params, config)
+    device.synchronize()
+    return {name: out.detach().clone() for name, out in outputs.items()}, used
+
+
+def _to_float64(inputs: Mapping[str, object]) -> dict[str, object]:
+    return {
+        name: value.to(torch.float64)
+        if isinstance(value, torch.Tensor) and value.is_floating_point()
+        else value
+        for name, value in inputs.items()
+    }
+
+
+def _require_random(inputs: Mapping[str, object]) -> None:
+    """Constant inputs hide whole classes of bugs (a missing stride, a swapped operand)."""
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() > 1:
+            flat = value.reshape(-1)
+            if bool((flat == flat[0]).all()):
+                raise ValueError(
+                    f"the spec's make_inputs returned a constant tensor {name!r}; "
+                    "draw inputs from the generator it is given"
+                )

@@ -1,0 +1,166 @@
+"""Find a suite (a module exposing ``SUITE``) in this package or in any repository checkout,
+and turn a user's selection (kernels, workload, dtypes) into the list of cases to run."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # spec imports torch; the supervising process never needs it
+    from kernelwatch.harness.spec import Params, Suite
+
+#: The suite shipped with kernelwatch (``kernels/``).
+BUILTIN_SUITE = "kernelwatch.kernels"
+
+
+class SuiteLoadError(Exception):
+    """The suite could not be imported or does not follow the interface."""
+
+
+class SelectionError(ValueError):
+    """The user asked for kernels, a workload or dtypes the suite does not have."""
+
+
+@dataclass(frozen=True)
+class SuiteRef:
+    """Where a suite lives.
+
+    ``target`` is a dotted module name (``kernelwatch.kernels``, ``mykernels.suite``) or a path
+    to a ``.py`` file. ``root`` is the repository checkout whose code the suite imports; it is
+    put first on ``sys.path`` so the kernels come from that checkout, not from whatever is
+    installed. For a file target without a root, the file's directory is used.
+    """
+
+    target: str = BUILTIN_SUITE
+    root: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "root": self.root}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SuiteRef:
+        return cls(data["target"], data.get("root"))
+
+    @property
+    def is_file(self) -> bool:
+        return self.target.endswith(".py") or "/" in self.target
+
+
+@dataclass(frozen=True)
+class Task:
+    """One case to run: a kernel, a workload case, a dtype, and the tolerance it is held to."""
+
+    kernel: str
+    workload: str
+    params: Params
+    dtype: str
+    tolerance: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "workload": self.workload,
+            "params": dict(self.params),
+            "dtype": self.dtype,
+            "tolerance": self.tolerance,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Task:
+        return cls(
+            data["kernel"], data["workload"], data["params"], data["dtype"], data["tolerance"]
+        )
+
+
+def load_suite(ref: SuiteRef) -> Suite:
+    """Import the suite ``ref`` points at. Call only in a process that may run kernel code."""
+    from kernelwatch.harness.spec import Suite
+
+    root = Path(ref.root).resolve() if ref.root else None
+    if root is not None and not root.is_dir():
+        raise SuiteLoadError(f"suite root {ref.root!r} is not a directory")
+    try:
+        if ref.is_file:
+            module = _import_file(ref.target, root)
+        else:
+            if root is not None:
+                sys.path.insert(0, str(root))
+            module = importlib.import_module(ref.target)
+    except SuiteLoadError:
+        raise
+    except Exception as exc:  # an import error in a commit's kernels is that commit's failure
+        first = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+        raise SuiteLoadError(f"could not import suite {ref.target!r}: {first}") from exc
+    suite = getattr(module, "SUITE", None)
+    if not isinstance(suite, Suite):
+        raise SuiteLoadError(
+            f"suite module {ref.target!r} has no SUITE of type kernelwatch.harness.spec.Suite "
+            f"(found {type(suite).__name__}); see docs/SUITES.md"
+        )
+    return suite
+
+
+def _import_file(target: str, root: Path | None) -> Any:
+    path = Path(target)
+    if not path.is_absolute():
+        path = (root or Path.cwd()) / path
+    if not path.is_file():
+        raise SuiteLoadError(f"suite file {str(path)!r} does not exist")
+    sys.path.insert(0, str(root or path.parent))
+    # A unique module name per file, so two checkouts' suites never shadow each other.
+    name = "kernelwatch_suite_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SuiteLoadError(f"cannot import {str(path)!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def select_tasks(
+    suite: Suite,
+    kernels: Sequence[str] = (),
+    workload: str = "smoke",
+    dtypes: Sequence[str] = (),
+) -> list[Task]:
+    """Every (kernel, case, dtype) the selection names, in suite order.
+
+    With no ``kernels`` every kernel that has ``workload`` is taken; a kernel named
+    explicitly must have it. Raises :class:`SelectionError` naming the valid choices.
+    """
+    from kernelwatch.harness.spec import DTYPES
+
+    unknown = [k for k in kernels if k not in suite.names]
+    if unknown:
+        raise SelectionError(
+            f"unknown kernel {', '.join(map(repr, unknown))}; "
+            f"valid kernels: {', '.join(suite.names)}"
+        )
+    if workload not in suite.workloads:
+        raise SelectionError(
+            f"unknown workload {workload!r}; valid workloads: {', '.join(suite.workloads)}"
+        )
+    bad_dtypes = [d for d in dtypes if d not in DTYPES]
+    if bad_dtypes:
+        raise SelectionError(
+            f"unknown dtype {', '.join(map(repr, bad_dtypes))}; valid dtypes: {', '.join(DTYPES)}"
+        )
+    specs = [suite.kernel(k) for k in kernels] if kernels else list(suite.kernels)
+    lacking = [s.name for s in specs if kernels and workload not in s.workloads]
+    if lacking:
+        raise SelectionError(f"kernel {', '.join(lacking)} has no workload {workload!r}")
+    return [
+        Task(spec.name, workload, dict(params), dtype, spec.tolerance[dtype])
+        for spec in specs
+        if workload in spec.workloads
+        for params in spec.workloads[workload]
+        for dtype in spec.dtypes
+        if not dtypes or dtype in dtypes
+    ]

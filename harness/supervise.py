@@ -1,0 +1,236 @@
+"""Run a suite's cases in a child process and survive whatever the kernels do.
+
+The supervisor reads the runner's JSON lines (``runner.py``). When the child dies in the
+middle of a case (segfault, abort, illegal memory access) or a case outlives its timeout, that
+case is recorded as an error with the child's stderr tail, and a fresh child resumes at the
+next case. Nothing already reported is lost, and no kernel code runs in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from kernelwatch.harness.records import CaseId, CorrectnessResult, DeviceInfo, SoftwareInfo
+from kernelwatch.harness.suite import SuiteRef, Task
+
+STDERR_TAIL = 2000
+
+
+class SuiteError(RuntimeError):
+    """The suite could not be loaded at all (import error, malformed spec, runner crash)."""
+
+
+class SelectionUnavailable(ValueError):
+    """The selection names kernels, a workload or dtypes the suite does not have."""
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What to check, and how long any one case may take before it counts as hung."""
+
+    suite: SuiteRef = field(default_factory=SuiteRef)
+    kernels: Sequence[str] = ()
+    workload: str = "smoke"
+    dtypes: Sequence[str] = ()
+    seed: int = 0
+    case_timeout_s: float = 300.0
+    startup_timeout_s: float = 180.0
+
+    def plan(self, start: int) -> dict[str, Any]:
+        return {
+            "suite": self.suite.to_json(),
+            "kernels": list(self.kernels),
+            "workload": self.workload,
+            "dtypes": list(self.dtypes),
+            "seed": self.seed,
+            "start": start,
+        }
+
+
+@dataclass
+class _Context:
+    suite: str = ""
+    tasks: list[Task] = field(default_factory=list)
+    device: DeviceInfo | None = None
+    software: SoftwareInfo | None = None
+    planned: bool = False
+
+
+def run_checks(
+    request: CheckRequest, on_plan: Callable[[int], None] | None = None
+) -> Iterator[CorrectnessResult]:
+    """Yield one record per selected case, in order, whatever the kernels do.
+
+    Raises :class:`SelectionUnavailable` or :class:`SuiteError` before yielding anything if the
+    selection or the suite is unusable. ``on_plan(n)`` is called once with the case count.
+    """
+    ctx = _Context()
+    start = 0
+    while True:
+        next_start = yield from _run_child(request, start, ctx, on_plan)
+        if next_start is None or next_start >= len(ctx.tasks):
+            return
+        start = next_start
+
+
+def _run_child(
+    request: CheckRequest,
+    start: int,
+    ctx: _Context,
+    on_plan: Callable[[int], None] | None,
+) -> Iterator[CorrectnessResult]:
+    """One child process; returns the index to resume at, or None when all cases are done."""
+    with tempfile.TemporaryFile(mode="w+b") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelwatch.harness.runner"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,  # so a timeout kills everything the kernel spawned
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(request.plan(start)).encode())
+        proc.stdin.close()
+        lines = _line_queue(proc.stdout)
+        current: int | None = None
+        next_index = start
+        deadline = time.monotonic() + request.startup_timeout_s
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    _kill(proc)
+                    if current is None:
+                        raise SuiteError(
+                            f"the runner produced nothing for {request.startup_timeout_s:.0f} s "
+                            "while loading the suite"
+                        ) from None
+                    timeout = request.case_timeout_s
+                    reason = f"timed out after {timeout:.0f} s (hung?)"
+                    yield _failure(ctx, current, reason, request.seed, _tail(stderr))
+                    return current + 1
+                event = _decode(line) if line is not None else None
+                if event is None:  # end of output, or a line cut short by a dying child
+                    if line is not None:
+                        _kill(proc)
+                    code = _wait(proc)
+                    if current is not None:
+                        yield _failure(ctx, current, _death(code), request.seed, _tail(stderr))
+                        return current + 1
+                    if not ctx.planned or (code != 0 and next_index == start):
+                        last = (_tail(stderr).splitlines() or ["(empty)"])[-1]
+                        raise SuiteError(f"the runner {_death(code)} before running a case: {last}")
+                    return next_index if code != 0 else None
+                kind = event.get("event")
+                if kind == "fatal":
+                    proc.wait()
+                    error = SelectionUnavailable if event["kind"] == "selection" else SuiteError
+                    raise error(event["message"])
+                if kind == "plan":
+                    _take_plan(ctx, event)
+                    if on_plan is not None and start == 0:
+                        on_plan(len(ctx.tasks))
+                    deadline = time.monotonic() + request.case_timeout_s
+                elif kind == "begin":
+                    current = int(event["task"])
+                    deadline = time.monotonic() + request.case_timeout_s
+                elif kind == "result":
+                    yield CorrectnessResult.from_json(event["record"])
+                    next_index = int(event["task"]) + 1
+                    current = None
+                    deadline = time.monotonic() + request.case_timeout_s
+        finally:
+            _kill(proc)
+
+
+def _take_plan(ctx: _Context, event: dict[str, Any]) -> None:
+    tasks = [Task.from_json(t) for t in event["tasks"]]
+    if ctx.planned and [t.to_json() for t in tasks] != [t.to_json() for t in ctx.tasks]:
+        raise SuiteError("the suite listed different cases after a restart; is it deterministic?")
+    ctx.suite, ctx.tasks, ctx.planned = event["suite"], tasks, True
+    ctx.device = DeviceInfo(**event["device"])
+    ctx.software = SoftwareInfo(**event["software"])
+
+
+def _failure(
+    ctx: _Context, index: int, reason: str, seed: int, stderr_tail: str
+) -> CorrectnessResult:
+    assert ctx.device is not None and ctx.software is not None
+    task = ctx.tasks[index]
+    return CorrectnessResult(
+        case=CaseId(ctx.suite, task.kernel, task.workload, task.params, task.dtype),
+        verdict="error",
+        reason=reason,
+        tolerance=task.tolerance,
+        seed=seed,
+        device=ctx.device,
+        software=ctx.software,
+        detail=stderr_tail,
+    )
+
+
+def _death(code: int) -> str:
+    if code < 0:
+        try:
+            return f"died of signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died of signal {-code}"
+    return f"exited with code {code}"
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _line_queue(stream: IO[bytes]) -> queue.Queue[bytes | None]:
+    """Lines from ``stream`` on a queue, ``None`` at EOF, so reads can time out."""
+    lines: queue.Queue[bytes | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in iter(stream.readline, b""):
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
+    """The exit code of a child that closed its output; killed if it lingers."""
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return proc.wait()
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _tail(stderr: IO[bytes]) -> str:
+    stderr.flush()
+    stderr.seek(0, os.SEEK_END)
+    size = stderr.tell()
+    stderr.seek(max(0, size - STDERR_TAIL))
+    return stderr.read().decode(errors="replace").strip()

@@ -1,0 +1,240 @@
+"""Dense GEMM ``C = A @ B`` with fp32 accumulation: one output tile per program.
+
+The shape is Triton's matmul tutorial made safe for real tensors. Programs walk output tiles
+in groups of ``GROUP_M`` row-tiles so that consecutive programs share B column-tiles in L2
+(the weight is the large operand of an LLM projection). Every stride is a runtime argument,
+so B may be a ``(K, N)`` matrix or the transposed view of an ``nn.Linear`` ``(N, K)`` weight;
+the JIT specialises unit strides, which keeps the contiguous axis vectorised either way.
+Row and column offsets are 64-bit because ``row * stride`` passes 2^31 once an operand holds
+2^31 elements (the logits of 32k tokens over a 128k vocabulary do). fp32 inputs use TF32
+tensor cores, as shipped kernels do.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from kernelwatch.harness.spec import (
+    DEFAULT_TOLERANCE,
+    Baseline,
+    KernelSpec,
+    LaunchConfig,
+    Params,
+    Tensors,
+)
+from kernelwatch.kernels.inputs import randn
+
+
+@triton.jit
+def gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    # The last group may hold fewer than GROUP_M row-tiles.
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Tail rows and columns wrap onto valid ones, so A and B loads need no M/N mask and stay
+    # in bounds; their products land only in the tile's tail, which the store drops.
+    rows_in = (rows % M).to(tl.int64)
+    cols_in = (cols % N).to(tl.int64)
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows_in[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols_in[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        # Zero-filled K tail: zeros add nothing to the dot product.
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=ks[:, None] < k_left, other=0.0)
+        # tf32 applies to fp32 operands only; fp16/bf16 products are exact in fp32.
+        acc = tl.dot(a, b, acc, input_precision="tf32")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    c = acc.to(c_ptr.dtype.element_ty)
+    rows64 = rows.to(tl.int64)
+    cols64 = cols.to(tl.int64)
+    c_ptrs = c_ptr + rows64[:, None] * stride_cm + cols64[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+# Hopper/Blackwell tiles in the range Triton's tutorial and production matmuls tune over.
+# 8 warps (two warpgroups) feed 128x256 and 256x128 wgmma tiles; 4-5 stages hide HBM latency
+# for the smaller tiles. With fp32 operands the 128x128 and wider tiles need more shared
+# memory than an SM has; they fail to launch and the autotuner skips them. The 16-row tile
+# is for decode, where a 64-row tile would leave most of each MMA idle.
+GEMM_CONFIGS = tuple(
+    LaunchConfig({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, w, s)
+    for bm, bn, bk, w, s in (
+        (128, 256, 64, 8, 3),
+        (256, 128, 64, 8, 3),
+        (128, 128, 64, 8, 4),
+        (128, 128, 64, 4, 4),
+        (128, 64, 64, 4, 4),
+        (64, 128, 64, 4, 4),
+        (64, 64, 32, 4, 5),
+        (16, 64, 64, 4, 4),
+    )
+)
+# Small enough for the CPU interpreter, which runs every program instance in Python.
+GEMM_PINNED = LaunchConfig({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4}, 4, 2)
+
+
+@functools.cache
+def _autotuned_gemm() -> triton.runtime.Autotuner:
+    # Built on first use: the autotuner benchmarks on a device, which a CPU host lacks.
+    configs = [
+        triton.Config(dict(c.meta), num_warps=c.num_warps, num_stages=c.num_stages)
+        for c in GEMM_CONFIGS
+    ]
+    return triton.autotune(configs=configs, key=["M", "N", "K"])(gemm_kernel)
+
+
+def _launch(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: LaunchConfig | None
+) -> LaunchConfig:
+    (m, k), (k_b, n) = a.shape, b.shape
+    if k != k_b or c.shape != (m, n):
+        raise ValueError(
+            f"gemm shapes do not chain: A {tuple(a.shape)} B {tuple(b.shape)} C {tuple(c.shape)}"
+        )
+    args = (
+        a,
+        b,
+        c,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+    )
+
+    def grid(meta: dict[str, int]) -> tuple[int]:
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+
+    if config is None:
+        tuned = _autotuned_gemm()
+        tuned[grid](*args)
+        best = tuned.best_config
+        return LaunchConfig(dict(best.kwargs), best.num_warps, best.num_stages)
+    gemm_kernel[grid](
+        *args, **config.meta, num_warps=config.num_warps, num_stages=config.num_stages
+    )
+    return config
+
+
+def _inputs(
+    p: Params, dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> dict[str, torch.Tensor]:
+    m, n, k = int(p["m"]), int(p["n"]), int(p["k"])
+    pad = int(p.get("a_row_pad", 0))
+    a = randn((m, k + pad), dtype, device, gen)
+    if pad:
+        # NaN in the padding past column K turns an unmasked read of the K tail into a wrong
+        # answer; random padding would be multiplied by B's zero-filled tail and go unseen.
+        a[:, k:] = float("nan")
+        a = a[:, :k]
+    layout = p["b_layout"]
+    if layout == "kn":
+        b = randn((k, n), dtype, device, gen)
+    elif layout == "nk":
+        # nn.Linear stores its weight as (out, in) = (N, K); y = x @ W.T reads it transposed.
+        b = randn((n, k), dtype, device, gen).t()
+    else:
+        raise ValueError(f"b_layout must be 'kn' or 'nk', got {layout!r}")
+    return {"a": a, "b": b}
+
+
+def _matmul_baseline(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
+    # cuBLAS runs fp32 in full precision unless allowed TF32; compare like with like.
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        return {"c": torch.matmul(t["a"], t["b"])}
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+# (in_features K, out_features N) of Llama-3 projections: 8B qkv, o, gate_up, down;
+# 70B qkv, gate_up, down. Weights are nn.Linear (N, K) tensors, read transposed.
+_LLM_PROJECTIONS = (
+    (4096, 6144),
+    (4096, 4096),
+    (4096, 28672),
+    (14336, 4096),
+    (8192, 10240),
+    (8192, 57344),
+    (28672, 8192),
+)
+_LLM_CASES = tuple(
+    {"m": m, "n": n, "k": k, "b_layout": "nk"}
+    for k, n in _LLM_PROJECTIONS
+    for m in (1, 16, 128, 2048, 16384)
+)
+# Interpreter shapes at the pinned 32x32x16 tiles: one token; M, N and K not multiples of
+# the tiles with both B layouts and a strided A whose padding covers the K tail; K below one
+# tile; and 5 row-tiles, so the grouped ordering has a short last group.
+_SMOKE_CASES = (
+    {"m": 1, "n": 40, "k": 48, "b_layout": "nk"},
+    {"m": 33, "n": 40, "k": 48, "b_layout": "kn"},
+    {"m": 33, "n": 40, "k": 40, "b_layout": "nk", "a_row_pad": 8},
+    {"m": 20, "n": 24, "k": 10, "b_layout": "kn"},
+    {"m": 130, "n": 40, "k": 16, "b_layout": "nk"},
+)
+
+GEMM = KernelSpec(
+    name="gemm",
+    summary="C = A @ B with fp32 accumulation, grouped tile order, any strides (nn.Linear).",
+    make_inputs=_inputs,
+    make_outputs=lambda t, p: {
+        "c": torch.empty(
+            (t["a"].shape[0], t["b"].shape[1]), dtype=t["a"].dtype, device=t["a"].device
+        )
+    },
+    launch=lambda t, o, p, cfg: _launch(t["a"], t["b"], o["c"], cfg),
+    reference=lambda t, p: {"c": t["a"] @ t["b"]},
+    baseline=Baseline("torch.matmul (cuBLAS)", _matmul_baseline),
+    workloads={"smoke": _SMOKE_CASES, "llm": _LLM_CASES},
+    flops=lambda p: 2 * int(p["m"]) * int(p["n"]) * int(p["k"]),
+    min_bytes=lambda p, e: (
+        e * (int(p["m"]) * int(p["k"]) + int(p["k"]) * int(p["n"]) + int(p["m"]) * int(p["n"]))
+    ),
+    # TF32 keeps 10 significand bits, like fp16: rounding both operands to it gives a relative
+    # error near 3e-4, and near 8e-4 where the hardware truncates instead of rounding.
+    tolerance={**DEFAULT_TOLERANCE, "fp32": 5e-3},
+    configs=GEMM_CONFIGS,
+    pinned_config=GEMM_PINNED,
+)

@@ -1,0 +1,61 @@
+"""A malformed suite is refused with every problem named, before any kernel runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelwatch.harness.records import LaunchConfig
+from kernelwatch.harness.spec import Baseline, KernelSpec, Suite
+from kernelwatch.harness.suite import SelectionError, select_tasks
+
+
+def _spec(name: str = "k", **overrides) -> KernelSpec:
+    fields = {
+        "name": name,
+        "summary": "test",
+        "make_inputs": lambda p, dtype, dev, gen: {},
+        "make_outputs": lambda t, p: {},
+        "launch": lambda t, o, p, cfg: LaunchConfig({}),
+        "reference": lambda t, p: {},
+        "baseline": Baseline("none", lambda t, p: {}),
+        "workloads": {"smoke": ({"n": 1}, {"n": 2})},
+        "flops": lambda p: 1,
+        "min_bytes": lambda p, e: 1,
+        "dtypes": ("fp32", "fp16"),
+    }
+    return KernelSpec(**{**fields, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("kernels", "problem"),
+    [
+        ((_spec(), _spec()), "kernel name 'k' is declared twice"),
+        ((_spec("Bad-Name"),), "kernel 'Bad-Name': name must match"),
+        ((_spec(dtypes=("fp8",)),), "dtypes ['fp8'] must be a non-empty subset"),
+        ((_spec(tolerance={"fp32": 1e-5}),), "no tolerance for dtypes ['fp16']"),
+        ((_spec(tolerance={"fp32": 0.0, "fp16": 1e-3}),), "tolerance for ['fp32'] must be"),
+        ((_spec(workloads={}),), "declares no workloads"),
+        ((_spec(workloads={"smoke": ()}),), "workload 'smoke' has no cases"),
+        ((_spec(workloads={"smoke": ({"n": [1, 2]},)}),), "are not scalars"),
+        ((_spec(configs=(LaunchConfig({"B": 1}),)),), "no pinned_config"),
+        ((), "declares no kernels"),
+    ],
+)
+def test_malformed_suites_are_refused(kernels, problem):
+    with pytest.raises(ValueError, match="suite 'x' is malformed") as info:
+        Suite("x", kernels)
+    assert problem in str(info.value)
+
+
+def test_selection_expands_kernels_cases_and_dtypes():
+    suite = Suite("x", (_spec("a"), _spec("b", workloads={"llm": ({"n": 9},)})))
+    tasks = select_tasks(suite, workload="smoke")
+    assert [(t.kernel, t.params["n"], t.dtype) for t in tasks] == [
+        ("a", 1, "fp32"),
+        ("a", 1, "fp16"),
+        ("a", 2, "fp32"),
+        ("a", 2, "fp16"),
+    ]
+    assert [t.dtype for t in select_tasks(suite, ["a"], "smoke", ["fp16"])] == ["fp16", "fp16"]
+    with pytest.raises(SelectionError, match="kernel b has no workload 'smoke'"):
+        select_tasks(suite, ["b"], "smoke")
