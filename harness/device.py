@@ -66,11 +66,22 @@ def select_device() -> Device:
     os.environ["TRITON_INTERPRET"] = "1"
     info = DeviceInfo(
         kind="cpu",
-        name=platform.processor() or platform.machine(),
+        name=_cpu_name(),
         host=socket.gethostname(),
         interpreter=True,
     )
     return Device("cpu", info, can_autotune=False, unsupported_dtypes=dict(INTERPRETER_GAPS))
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def software_info() -> SoftwareInfo:

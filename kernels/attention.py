@@ -15,7 +15,6 @@ grid, so their K/V reads hit L2. Every stride is passed: projections produce
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -33,6 +32,7 @@ from kernelwatch.harness.spec import (
     Tensors,
 )
 from kernelwatch.kernels.inputs import empty_like_dense, next_pow2, randn
+from kernelwatch.kernels.tuning import Tunable
 
 LOG2_E = 1.4426950408889634
 
@@ -232,16 +232,9 @@ ATTENTION_CONFIGS = tuple(
 ATTENTION_PINNED = LaunchConfig({"BLOCK_M": 16, "BLOCK_N": 16}, 4, 2)
 
 
-@functools.cache
-def _autotuned_attention() -> triton.runtime.Autotuner:
-    # Built on first use: the autotuner benchmarks on a device, which a CPU host lacks.
-    configs = [
-        triton.Config(dict(c.meta), num_warps=c.num_warps, num_stages=c.num_stages)
-        for c in ATTENTION_CONFIGS
-    ]
-    return triton.autotune(configs=configs, key=["seq_q", "seq_k", "HEAD_DIM"])(
-        flash_attention_fwd_kernel
-    )
+ATTENTION_TUNABLE = Tunable(
+    flash_attention_fwd_kernel, ATTENTION_CONFIGS, key=["seq_q", "seq_k", "HEAD_DIM"]
+)
 
 
 def _launch(
@@ -280,15 +273,7 @@ def _launch(
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (batch * heads_q, triton.cdiv(seq_q, meta["BLOCK_M"]))
 
-    if config is None:
-        tuned = _autotuned_attention()
-        tuned[grid](*args, **dims)
-        best = tuned.best_config
-        return LaunchConfig(dict(best.kwargs), best.num_warps, best.num_stages)
-    flash_attention_fwd_kernel[grid](
-        *args, **dims, **config.meta, num_warps=config.num_warps, num_stages=config.num_stages
-    )
-    return config
+    return ATTENTION_TUNABLE.launch(grid, args, dims, config)
 
 
 def _inputs(

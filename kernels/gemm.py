@@ -12,8 +12,6 @@ tensor cores, as shipped kernels do.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -27,6 +25,7 @@ from kernelwatch.harness.spec import (
     Tensors,
 )
 from kernelwatch.kernels.inputs import randn
+from kernelwatch.kernels.tuning import Tunable
 
 
 @triton.jit
@@ -109,14 +108,7 @@ GEMM_CONFIGS = tuple(
 GEMM_PINNED = LaunchConfig({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4}, 4, 2)
 
 
-@functools.cache
-def _autotuned_gemm() -> triton.runtime.Autotuner:
-    # Built on first use: the autotuner benchmarks on a device, which a CPU host lacks.
-    configs = [
-        triton.Config(dict(c.meta), num_warps=c.num_warps, num_stages=c.num_stages)
-        for c in GEMM_CONFIGS
-    ]
-    return triton.autotune(configs=configs, key=["M", "N", "K"])(gemm_kernel)
+GEMM_TUNABLE = Tunable(gemm_kernel, GEMM_CONFIGS, key=["M", "N", "K"])
 
 
 def _launch(
@@ -145,15 +137,7 @@ def _launch(
     def grid(meta: dict[str, int]) -> tuple[int]:
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
-    if config is None:
-        tuned = _autotuned_gemm()
-        tuned[grid](*args)
-        best = tuned.best_config
-        return LaunchConfig(dict(best.kwargs), best.num_warps, best.num_stages)
-    gemm_kernel[grid](
-        *args, **config.meta, num_warps=config.num_warps, num_stages=config.num_stages
-    )
-    return config
+    return GEMM_TUNABLE.launch(grid, args, {}, config)
 
 
 def _inputs(
