@@ -156,7 +156,7 @@ def select_tasks(
     lacking = [s.name for s in specs if kernels and workload not in s.workloads]
     if lacking:
         raise SelectionError(f"kernel {', '.join(lacking)} has no workload {workload!r}")
-    return [
+    tasks = [
         Task(spec.name, workload, dict(params), dtype, spec.tolerance[dtype])
         for spec in specs
         if workload in spec.workloads
@@ -164,3 +164,9 @@ def select_tasks(
         for dtype in spec.dtypes
         if not dtypes or dtype in dtypes
     ]
+    if not tasks:
+        raise SelectionError(
+            f"no case matches: kernels {', '.join(s.name for s in specs)} declare no "
+            f"{workload!r} case in dtypes {', '.join(dtypes)}"
+        )
+    return tasks

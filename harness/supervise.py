@@ -113,15 +113,16 @@ def _run_child(
                     line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     _kill(proc)
-                    if current is None:
+                    if not ctx.planned:
                         raise SuiteError(
                             f"the runner produced nothing for {request.startup_timeout_s:.0f} s "
                             "while loading the suite"
                         ) from None
-                    timeout = request.case_timeout_s
-                    reason = f"timed out after {timeout:.0f} s (hung?)"
-                    yield _failure(ctx, current, reason, request.seed, _tail(stderr))
-                    return current + 1
+                    # Stuck inside a case, or between two: either way the next case pays.
+                    stuck = current if current is not None else next_index
+                    reason = f"timed out after {request.case_timeout_s:.0f} s (hung?)"
+                    yield _failure(ctx, stuck, reason, request.seed, _tail(stderr))
+                    return stuck + 1
                 event = _decode(line) if line is not None else None
                 if event is None:  # end of output, or a line cut short by a dying child
                     if line is not None:

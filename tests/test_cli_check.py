@@ -105,3 +105,12 @@ def test_table_lists_unsupported_reason_once(kernelwatch_cli):
     assert "unsupported" in proc.stdout
     assert proc.stdout.count("Triton's CPU interpreter computes bf16") == 1
     assert "check: 8 pass, 0 fail, 0 error, 4 unsupported (12 cases)" in proc.stderr
+
+
+def test_suite_that_crashes_at_import_exits_2(kernelwatch_cli, tmp_path):
+    crashing = tmp_path / "suite.py"
+    crashing.write_text("import ctypes\nctypes.string_at(0)\n")
+    proc = kernelwatch_cli("check", "--suite", str(crashing))
+    assert proc.returncode == 2
+    assert "the runner died of signal SIGSEGV before running a case" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0

@@ -59,3 +59,9 @@ def test_selection_expands_kernels_cases_and_dtypes():
     assert [t.dtype for t in select_tasks(suite, ["a"], "smoke", ["fp16"])] == ["fp16", "fp16"]
     with pytest.raises(SelectionError, match="kernel b has no workload 'smoke'"):
         select_tasks(suite, ["b"], "smoke")
+
+
+def test_a_selection_matching_nothing_is_refused():
+    suite = Suite("x", (_spec("a", dtypes=("fp32",)),))
+    with pytest.raises(SelectionError, match="no case matches: kernels a declare no 'smoke' case"):
+        select_tasks(suite, ["a"], "smoke", ["bf16"])
