@@ -77,16 +77,17 @@ def check(
     try:
         with _progress() as progress:
             bar = progress.add_task("checking", total=None)
-            on_plan = lambda n: progress.update(bar, total=n)  # noqa: E731
+
+            def on_plan(cases: int) -> None:
+                progress.update(bar, total=cases)
+
             for result in run_checks(request, on_plan=on_plan):
                 results.append(result)
                 progress.update(bar, advance=1, description=f"{result.case.kernel}")
                 if json_lines:
                     sys.stdout.write(result.dumps() + "\n")
                     sys.stdout.flush()
-    except SelectionUnavailable as exc:
-        _fail(str(exc), code=2)
-    except SuiteError as exc:
+    except (SelectionUnavailable, SuiteError) as exc:
         _fail(str(exc), code=2)
     if not json_lines:
         _print_table(results)
