@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kernelwatch.flows.console import fail, progress, stderr
 from kernelwatch.harness.records import CorrectnessResult
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
@@ -26,8 +26,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="kernelwatch: continuous performance-regression checks for GPU kernels.",
 )
-stderr = Console(stderr=True)
-
 _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "unsupported": "yellow"}
 
 
@@ -75,20 +73,20 @@ def check(
     )
     results: list[CorrectnessResult] = []
     try:
-        with _progress() as progress:
-            bar = progress.add_task("checking", total=None)
+        with progress() as bar_ui:
+            bar = bar_ui.add_task("checking", total=None)
 
             def on_plan(cases: int) -> None:
-                progress.update(bar, total=cases)
+                bar_ui.update(bar, total=cases)
 
             for result in run_checks(request, on_plan=on_plan):
                 results.append(result)
-                progress.update(bar, advance=1, description=f"{result.case.kernel}")
+                bar_ui.update(bar, advance=1, description=f"{result.case.kernel}")
                 if json_lines:
                     sys.stdout.write(result.dumps() + "\n")
                     sys.stdout.flush()
     except (SelectionUnavailable, SuiteError) as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     if not json_lines:
         _print_table(results)
     counts = Counter(r.verdict for r in results)
@@ -98,18 +96,6 @@ def check(
     )
     if counts["fail"] or counts["error"]:
         raise typer.Exit(1)
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-        disable=not stderr.is_terminal,
-    )
 
 
 def _print_table(results: list[CorrectnessResult]) -> None:
@@ -137,11 +123,6 @@ def _print_table(results: list[CorrectnessResult]) -> None:
     out.print(table)
     for text, number in notes.items():
         out.print(f"[{number}] {text}", markup=False, highlight=False)
-
-
-def _fail(message: str, code: int) -> None:
-    stderr.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def main() -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 SCHEMA_VERSION = 1
 
 Verdict = Literal["pass", "fail", "error", "unsupported"]
 VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "error", "unsupported")
+
+_T = TypeVar("_T")
 
 
 class RecordError(ValueError):
@@ -118,28 +121,287 @@ class CorrectnessResult:
     schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["case"]["params"] = dict(self.case.params)
-        return data
+        return _encode(self)
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CorrectnessResult:
-        _check_header(data, "correctness")
-        try:
-            fields = {k: v for k, v in data.items() if k not in ("kind", "schema_version")}
-            fields["case"] = CaseId(**data["case"])
-            fields["device"] = DeviceInfo(**data["device"])
-            fields["software"] = SoftwareInfo(**data["software"])
-            if data.get("config") is not None:
-                fields["config"] = LaunchConfig.from_json(data["config"])
-            if fields["verdict"] not in VERDICTS:
-                raise RecordError(f"unknown verdict {fields['verdict']!r}")
-            return cls(**fields)
-        except (KeyError, TypeError) as exc:
-            raise RecordError(f"malformed correctness record: {exc}") from exc
+        record = _decode_record(cls, data, "correctness")
+        if record.verdict not in VERDICTS:
+            raise RecordError(f"unknown verdict {record.verdict!r}")
+        return record
+
+
+@dataclass(frozen=True)
+class Method:
+    """How a time was measured. Part of a series' identity: a change of method starts a new
+    series (and an annotation), so it can never show up as a regression.
+
+    ``timer`` is ``cuda-events``, ``cuda-graph`` or ``cpu-perf-counter``; ``l2`` is ``cold``
+    (flushed before every sample) or ``warm``.
+    """
+
+    timer: str
+    l2: str
+    harness_version: int
+
+    def label(self) -> str:
+        """A short stable text such as ``cuda-events/cold/h1``."""
+        return f"{self.timer}/{self.l2}/h{self.harness_version}"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The statistic over the samples that count (throttled samples are left out).
+
+    ``stop`` says why sampling ended: ``converged`` (CI half-width under target) or
+    ``budget`` (time ran out first; the CI is wider than asked).
+    """
+
+    n: int
+    median_ns: float
+    ci_low_ns: float
+    ci_high_ns: float
+    mean_ns: float
+    min_ns: float
+    p10_ns: float
+    p90_ns: float
+    stop: str
+    rel_ci_halfwidth: float
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """What the device reported while the samples were taken (NVML). Every field is None when
+    NVML was unavailable (``available`` False): unknown, never guessed."""
+
+    available: bool
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    throttle_reasons: int | None = None
+    other_processes: int | None = None
+
+
+@dataclass(frozen=True)
+class SpeedOfLight:
+    """Achieved throughput against the device's peak. ``peak_source`` is ``datasheet`` or
+    ``measured``; the percentages are None where the device has no known peak."""
+
+    tflops: float | None
+    gbps: float | None
+    pct_compute: float | None
+    pct_memory: float | None
+    pct_sol: float | None
+    bound: str | None
+    peak_source: str | None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The timing of one case: every raw sample, the statistic, telemetry, speed-of-light and
+    the stock-library baseline timed in the same run.
+
+    ``status`` is ``ok``, ``unsupported`` or ``error`` (``reason`` says why, ``detail`` keeps
+    a traceback). ``sm_clock_mhz`` and ``throttled`` are per sample, parallel to
+    ``samples_ns``; ``sm_clock_mhz`` is empty when no clock could be read.
+    """
+
+    case: CaseId
+    status: str
+    reason: str
+    method: Method
+    device: DeviceInfo
+    software: SoftwareInfo
+    config: LaunchConfig | None = None
+    samples_ns: tuple[float, ...] = ()
+    sm_clock_mhz: tuple[float, ...] = ()
+    throttled: tuple[bool, ...] = ()
+    summary: Summary | None = None
+    telemetry: Telemetry | None = None
+    sol: SpeedOfLight | None = None
+    baseline: str | None = None
+    baseline_median_ns: float | None = None
+    speedup: float | None = None
+    duration_s: float = 0.0
+    detail: str = ""
+    kind: str = field(default="measurement", init=False)
+    schema_version: int = field(default=SCHEMA_VERSION, init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return _encode(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Measurement:
+        return _decode_record(cls, data, "measurement")
+
+
+@dataclass(frozen=True)
+class BuildMetrics:
+    """Static metrics of one compiled kernel: one function x config x target architecture.
+
+    ``status`` is ``ok`` or ``error`` (``reason`` one line, ``detail`` the compiler output).
+    ``tensor_core`` is the instruction class found in the SASS: ``HGMMA``, ``QGMMA``,
+    ``tcgen05``, ``HMMA`` or ``none``. The artifact's identity is ``cubin_sha256``.
+    """
+
+    suite: str
+    kernel: str
+    function: str
+    language: str
+    arch: str
+    config: LaunchConfig | None
+    status: str
+    reason: str = ""
+    registers: int | None = None
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    stack_bytes: int | None = None
+    shared_static_bytes: int | None = None
+    shared_dynamic_bytes: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    tensor_core: str | None = None
+    tma_loads: int | None = None
+    global_load_bits: int | None = None
+    local_loads: int | None = None
+    local_stores: int | None = None
+    instructions: int | None = None
+    opcodes: Mapping[str, int] = field(default_factory=dict)
+    cubin_bytes: int | None = None
+    cubin_sha256: str | None = None
+    source_hash: str | None = None
+    compile_s: float = 0.0
+    cached: bool = False
+    toolchain: Mapping[str, str] = field(default_factory=dict)
+    detail: str = ""
+    kind: str = field(default="build", init=False)
+    schema_version: int = field(default=SCHEMA_VERSION, init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return _encode(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BuildMetrics:
+        return _decode_record(cls, data, "build")
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """A commit of a kernel repository, as git reports it."""
+
+    sha: str
+    parents: tuple[str, ...]
+    author_time: str
+    message: str
+    branch: str | None = None
+
+
+TRIGGERS = ("nightly", "pr", "bisect", "manual")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The header of one run: one commit (and, for a PR, its base) on one device.
+
+    ``run_id`` is a UUID the producer picks before measuring anything, so ingest is
+    idempotent and a spooled run is replayed exactly once. ``status`` is ``running``,
+    ``ok`` (everything ran), ``partial`` (some cases errored) or ``failed``.
+    """
+
+    run_id: str
+    trigger: str
+    repository: str
+    suite: str
+    commit: CommitInfo | None
+    device: DeviceInfo
+    software: SoftwareInfo
+    started_at: str
+    status: str = "running"
+    finished_at: str | None = None
+    base_commit: str | None = None
+    pool: str | None = None
+    orchestration_id: str | None = None
+    kind: str = field(default="run", init=False)
+    schema_version: int = field(default=SCHEMA_VERSION, init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return _encode(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunInfo:
+        record = _decode_record(cls, data, "run")
+        if record.trigger not in TRIGGERS:
+            raise RecordError(f"unknown trigger {record.trigger!r}; expected one of {TRIGGERS}")
+        return record
+
+
+Record = CorrectnessResult | Measurement | BuildMetrics | RunInfo
+_KINDS: dict[str, type] = {
+    "correctness": CorrectnessResult,
+    "measurement": Measurement,
+    "build": BuildMetrics,
+    "run": RunInfo,
+}
+
+
+def read_record(data: Mapping[str, Any]) -> Record:
+    """Decode any record by its ``kind``."""
+    if not isinstance(data, Mapping):
+        raise RecordError(f"expected a JSON object, got {type(data).__name__}")
+    cls = _KINDS.get(data.get("kind"))  # type: ignore[arg-type]
+    if cls is None:
+        raise RecordError(f"unknown record kind {data.get('kind')!r}; known: {sorted(_KINDS)}")
+    return cls.from_json(data)
+
+
+def _encode(record: Any) -> dict[str, Any]:
+    # asdict keeps Mapping fields as the mapping type it was given; JSON wants plain dicts.
+    return json.loads(json.dumps(asdict(record), default=dict))
+
+
+def _decode_record(cls: type[_T], data: Mapping[str, Any], kind: str) -> _T:
+    _check_header(data, kind)
+    try:
+        return _decode(cls, {k: v for k, v in data.items() if k not in ("kind", "schema_version")})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"malformed {kind} record: {exc}") from exc
+
+
+def _decode(cls: type[_T], data: Mapping[str, Any]) -> _T:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{cls.__name__} must be a JSON object, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if not f.init or f.name not in data:
+            continue
+        values[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    options = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    for option in options:
+        if is_dataclass(option):
+            return _decode(option, value)
+        if get_origin(option) is tuple:
+            return tuple(value)
+    return value
 
 
 def _check_header(data: Mapping[str, Any], kind: str) -> None:

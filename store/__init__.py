@@ -1,0 +1,1 @@
+"""kernelwatch.store: the Postgres results store (schema, ingest, spool, embedded server)."""
