@@ -1,128 +1,22 @@
-"""The ``kernelwatch`` command line."""
+"""The ``kernelwatch`` command line: one Typer app, each command in its own module."""
 
 from __future__ import annotations
 
-import sys
-from collections import Counter
-from pathlib import Path
-from typing import Annotated
-
-import typer
-from rich.console import Console
-from rich.table import Table
-
-from kernelwatch.flows.console import fail, progress, stderr
-from kernelwatch.harness.records import CorrectnessResult
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
-from kernelwatch.harness.supervise import (
-    CheckRequest,
-    SelectionUnavailable,
-    SuiteError,
-    run_checks,
+from kernelwatch.flows import (
+    bench_cli,
+    build_cli,
+    check_cli,
+    db_cli,
+    detect_cli,
+    regressions_cli,
 )
+from kernelwatch.flows.app import app
 
-app = typer.Typer(
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="kernelwatch: continuous performance-regression checks for GPU kernels.",
-)
-_VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "unsupported": "yellow"}
+#: Importing a command module registers its commands on ``app``.
+COMMAND_MODULES = (check_cli, bench_cli, build_cli, detect_cli, db_cli, regressions_cli)
 
-
-@app.callback()
-def _root() -> None:
-    """kernelwatch: continuous performance-regression checks for GPU kernels."""
-
-
-@app.command()
-def check(
-    kernel: Annotated[
-        list[str] | None, typer.Option("--kernel", "-k", help="Kernel to check (repeatable).")
-    ] = None,
-    workload: Annotated[str, typer.Option(help="Named workload, e.g. smoke or llm.")] = "smoke",
-    dtype: Annotated[
-        list[str] | None, typer.Option("--dtype", help="Only these dtypes (repeatable).")
-    ] = None,
-    suite: Annotated[
-        str, typer.Option(help="Suite module name or path to a suite .py file.")
-    ] = BUILTIN_SUITE,
-    repo: Annotated[
-        Path | None,
-        typer.Option(help="Repository checkout the suite imports its kernels from."),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for the random inputs.")] = 0,
-    timeout: Annotated[
-        float, typer.Option(help="Seconds one case may run before it counts as hung.")
-    ] = 300.0,
-    json_lines: Annotated[
-        bool, typer.Option("--json", help="One JSON record per case on stdout.")
-    ] = False,
-) -> None:
-    """Check every kernel x workload case x dtype against its float64 reference.
-
-    Exit 0 when nothing failed (unsupported cases are listed but do not fail), 1 when any case
-    failed or errored, 2 on bad input.
-    """
-    request = CheckRequest(
-        suite=SuiteRef(suite, str(repo) if repo is not None else None),
-        kernels=tuple(kernel or ()),
-        workload=workload,
-        dtypes=tuple(dtype or ()),
-        seed=seed,
-        case_timeout_s=timeout,
-    )
-    results: list[CorrectnessResult] = []
-    try:
-        with progress() as bar_ui:
-            bar = bar_ui.add_task("checking", total=None)
-
-            def on_plan(cases: int) -> None:
-                bar_ui.update(bar, total=cases)
-
-            for result in run_checks(request, on_plan=on_plan):
-                results.append(result)
-                bar_ui.update(bar, advance=1, description=f"{result.case.kernel}")
-                if json_lines:
-                    sys.stdout.write(result.dumps() + "\n")
-                    sys.stdout.flush()
-    except (SelectionUnavailable, SuiteError) as exc:
-        fail(str(exc), code=2)
-    if not json_lines:
-        _print_table(results)
-    counts = Counter(r.verdict for r in results)
-    stderr.print(
-        f"check: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error, "
-        f"{counts['unsupported']} unsupported ({len(results)} cases)"
-    )
-    if counts["fail"] or counts["error"]:
-        raise typer.Exit(1)
-
-
-def _print_table(results: list[CorrectnessResult]) -> None:
-    """The verdict table on stdout; reasons shared by many rows (an interpreter gap) are
-    printed once, as numbered notes under the table."""
-    out = Console() if sys.stdout.isatty() else Console(width=160)
-    notes: dict[str, int] = {}
-    table = Table(title="correctness")
-    for column in ("kernel", "case", "dtype", "rel. error", "tolerance", "verdict", "reason"):
-        table.add_column(column, overflow="fold")
-    for r in results:
-        reason = r.reason
-        if r.verdict == "unsupported":
-            reason = f"[{notes.setdefault(r.reason, len(notes) + 1)}]"
-        style = _VERDICT_STYLE[r.verdict]
-        table.add_row(
-            r.case.kernel,
-            r.case.label(),
-            r.case.dtype,
-            "-" if r.rel_error is None else f"{r.rel_error:.2e}",
-            f"{r.tolerance:.1e}",
-            f"[{style}]{r.verdict}[/{style}]",
-            reason,
-        )
-    out.print(table)
-    for text, number in notes.items():
-        out.print(f"[{number}] {text}", markup=False, highlight=False)
+app.add_typer(db_cli.db_app, name="db")
+app.add_typer(regressions_cli.regressions_app, name="regressions")
 
 
 def main() -> None:

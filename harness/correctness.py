@@ -19,7 +19,7 @@ import torch
 
 from kernelwatch.harness.device import Device, software_info
 from kernelwatch.harness.records import CaseId, CorrectnessResult, LaunchConfig, SoftwareInfo
-from kernelwatch.harness.spec import DTYPES, KernelSpec, Params
+from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Params
 
 #: Finite poison for the second launch; exactly representable in fp16, bf16 and fp32.
 SENTINEL = -7168.0
@@ -158,6 +158,8 @@ def check_case(
         # nondeterminism.
         second, _ = _launch(spec, inputs, params, config, SENTINEL, device)
         result = compare(first, second, reference, spec.tolerance[dtype], spec.deterministic)
+    except KernelUnsupported as exc:
+        return CorrectnessResult(verdict="unsupported", reason=str(exc), **base)
     except Exception as exc:  # a kernel's failure is a verdict, not a crash of the harness
         message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
         return CorrectnessResult(

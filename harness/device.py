@@ -56,6 +56,8 @@ def select_device() -> Device:
             uuid=str(getattr(props, "uuid", "")) or None,
             capability=f"{props.major}.{props.minor}",
             sm_count=props.multi_processor_count,
+            # Sizes the L2 flush of cold timing (timing.flush_bytes).
+            l2_bytes=getattr(props, "L2_cache_size", None) or None,
         )
         return Device("cuda", info, can_autotune=True)
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":

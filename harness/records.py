@@ -68,6 +68,7 @@ class DeviceInfo:
     uuid: str | None = None
     capability: str | None = None
     sm_count: int | None = None
+    l2_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,9 @@ class Method:
 class Summary:
     """The statistic over the samples that count (throttled samples are left out).
 
-    ``stop`` says why sampling ended: ``converged`` (CI half-width under target) or
-    ``budget`` (time ran out first; the CI is wider than asked).
+    ``stop`` says why sampling ended: ``converged`` (CI half-width under target),
+    ``budget`` (time ran out first; the CI is wider than asked) or ``timeout`` (the hard time
+    limit hit before enough unthrottled samples were taken; ``n`` is below the minimum).
     """
 
     n: int
@@ -206,8 +208,12 @@ class Measurement:
     the stock-library baseline timed in the same run.
 
     ``status`` is ``ok``, ``unsupported`` or ``error`` (``reason`` says why, ``detail`` keeps
-    a traceback). ``sm_clock_mhz`` and ``throttled`` are per sample, parallel to
-    ``samples_ns``; ``sm_clock_mhz`` is empty when no clock could be read.
+    a traceback). ``sm_clock_mhz``, ``mem_clock_mhz`` and ``throttled`` are per sample,
+    parallel to ``samples_ns``; the clock tuples are empty when no clock could be read.
+    ``baseline_samples_ns`` and ``baseline_throttled`` are the baseline's raw samples, taken
+    interleaved with the kernel's. ``config_source`` says where ``config`` came from:
+    ``autotune``, ``pin-file``, ``pinned`` (the spec's pinned config, on a device that cannot
+    autotune) or ``heuristic`` (the kernel chose without a tuning space).
     """
 
     case: CaseId
@@ -228,6 +234,10 @@ class Measurement:
     speedup: float | None = None
     duration_s: float = 0.0
     detail: str = ""
+    mem_clock_mhz: tuple[float, ...] = ()
+    baseline_samples_ns: tuple[float, ...] = ()
+    baseline_throttled: tuple[bool, ...] = ()
+    config_source: str | None = None
     kind: str = field(default="measurement", init=False)
     schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
@@ -249,6 +259,9 @@ class BuildMetrics:
     ``status`` is ``ok`` or ``error`` (``reason`` one line, ``detail`` the compiler output).
     ``tensor_core`` is the instruction class found in the SASS: ``HGMMA``, ``QGMMA``,
     ``tcgen05``, ``HMMA`` or ``none``. The artifact's identity is ``cubin_sha256``.
+    One kernel launches with a different specialisation (divisibility by 16, unit strides,
+    arguments equal to 1) for different shapes: ``dtype`` and ``case`` (the label of the first
+    case of ``workload`` that compiles to this specialisation) tell those builds apart.
     """
 
     suite: str
@@ -281,6 +294,9 @@ class BuildMetrics:
     cached: bool = False
     toolchain: Mapping[str, str] = field(default_factory=dict)
     detail: str = ""
+    dtype: str = ""
+    workload: str = ""
+    case: str = ""
     kind: str = field(default="build", init=False)
     schema_version: int = field(default=SCHEMA_VERSION, init=False)
 

@@ -27,6 +27,7 @@ __all__ = [
     "DTYPES",
     "Baseline",
     "KernelSpec",
+    "KernelUnsupported",
     "LaunchConfig",
     "Params",
     "Suite",
@@ -51,6 +52,12 @@ Params = Mapping[str, ParamValue]
 Tensors = Mapping[str, torch.Tensor]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class KernelUnsupported(Exception):
+    """Raised by a spec's ``launch`` when this device cannot run the kernel at all (a CUDA C++
+    kernel on the CPU): the case is reported ``unsupported`` with the message as its reason,
+    never as a pass or an error."""
 
 
 @dataclass(frozen=True)

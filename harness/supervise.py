@@ -22,7 +22,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from kernelwatch.harness.records import CaseId, CorrectnessResult, DeviceInfo, SoftwareInfo
+from kernelwatch.harness.options import BenchOptions
+from kernelwatch.harness.records import (
+    CaseId,
+    CorrectnessResult,
+    DeviceInfo,
+    Measurement,
+    Method,
+    SoftwareInfo,
+    read_record,
+)
 from kernelwatch.harness.suite import SuiteRef, Task
 
 STDERR_TAIL = 2000
@@ -48,8 +57,11 @@ class CheckRequest:
     case_timeout_s: float = 300.0
     startup_timeout_s: float = 180.0
 
+    mode = "check"
+
     def plan(self, start: int) -> dict[str, Any]:
         return {
+            "mode": self.mode,
             "suite": self.suite.to_json(),
             "kernels": list(self.kernels),
             "workload": self.workload,
@@ -59,13 +71,28 @@ class CheckRequest:
         }
 
 
+@dataclass(frozen=True)
+class BenchRequest(CheckRequest):
+    """What to time, and how (:class:`BenchOptions`)."""
+
+    options: BenchOptions = field(default_factory=BenchOptions)
+    mode = "bench"
+
+    def plan(self, start: int) -> dict[str, Any]:
+        return {**super().plan(start), "bench": self.options.to_json()}
+
+
 @dataclass
 class _Context:
     suite: str = ""
     tasks: list[Task] = field(default_factory=list)
     device: DeviceInfo | None = None
     software: SoftwareInfo | None = None
+    method: Method | None = None
     planned: bool = False
+    # Values a child measured once for the whole run (ceilings), handed to later children.
+    carry: dict[str, Any] = field(default_factory=dict)
+    on_carry: Callable[[str, Any], None] | None = None
 
 
 def run_checks(
@@ -76,7 +103,26 @@ def run_checks(
     Raises :class:`SelectionUnavailable` or :class:`SuiteError` before yielding anything if the
     selection or the suite is unusable. ``on_plan(n)`` is called once with the case count.
     """
-    ctx = _Context()
+    for record in _supervise(request, _Context(), on_plan):
+        assert isinstance(record, CorrectnessResult)
+        yield record
+
+
+def run_benches(
+    request: BenchRequest,
+    on_plan: Callable[[int], None] | None = None,
+    on_carry: Callable[[str, Any], None] | None = None,
+) -> Iterator[Measurement]:
+    """Like :func:`run_checks`, timing each case: yields one measurement record per case.
+    ``on_carry(key, value)`` is told what the run measured once (``ceilings``)."""
+    for record in _supervise(request, _Context(on_carry=on_carry), on_plan):
+        assert isinstance(record, Measurement)
+        yield record
+
+
+def _supervise(
+    request: CheckRequest, ctx: _Context, on_plan: Callable[[int], None] | None
+) -> Iterator[CorrectnessResult | Measurement]:
     start = 0
     while True:
         next_start = yield from _run_child(request, start, ctx, on_plan)
@@ -90,20 +136,10 @@ def _run_child(
     start: int,
     ctx: _Context,
     on_plan: Callable[[int], None] | None,
-) -> Iterator[CorrectnessResult]:
+) -> Iterator[CorrectnessResult | Measurement]:
     """One child process; returns the index to resume at, or None when all cases are done."""
     with tempfile.TemporaryFile(mode="w+b") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelwatch.harness.runner"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            start_new_session=True,  # so a timeout kills everything the kernel spawned
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(request.plan(start)).encode())
-        proc.stdin.close()
-        lines = _line_queue(proc.stdout)
+        proc, lines = _spawn({**request.plan(start), "carry": ctx.carry}, stderr)
         current: int | None = None
         next_index = start
         deadline = time.monotonic() + request.startup_timeout_s
@@ -140,7 +176,11 @@ def _run_child(
                     proc.wait()
                     error = SelectionUnavailable if event["kind"] == "selection" else SuiteError
                     raise error(event["message"])
-                if kind == "plan":
+                if kind == "carry":
+                    ctx.carry[event["key"]] = event["value"]
+                    if ctx.on_carry is not None:
+                        ctx.on_carry(event["key"], event["value"])
+                elif kind == "plan":
                     _take_plan(ctx, event)
                     if on_plan is not None and start == 0:
                         on_plan(len(ctx.tasks))
@@ -149,10 +189,82 @@ def _run_child(
                     current = int(event["task"])
                     deadline = time.monotonic() + request.case_timeout_s
                 elif kind == "result":
-                    yield CorrectnessResult.from_json(event["record"])
+                    yield read_record(event["record"])
                     next_index = int(event["task"]) + 1
                     current = None
                     deadline = time.monotonic() + request.case_timeout_s
+        finally:
+            _kill(proc)
+
+
+def _spawn(
+    plan: dict[str, Any], stderr: IO[bytes]
+) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes | None]]:
+    """Start a runner child on ``plan``; its stdout lines arrive on the returned queue."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelwatch.harness.runner"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        start_new_session=True,  # so a timeout kills everything the kernel spawned
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(plan).encode())
+    proc.stdin.close()
+    return proc, _line_queue(proc.stdout)
+
+
+@dataclass(frozen=True)
+class SelfcheckRequest:
+    """A self-check: one case per kernel of ``workload`` in ``dtype``, within ``timeout_s``."""
+
+    suite: SuiteRef = field(default_factory=SuiteRef)
+    kernels: Sequence[str] = ()
+    workload: str = "llm"
+    dtype: str = "bf16"
+    budget_s: float | None = None
+    timeout_s: float = 600.0
+
+    def plan(self) -> dict[str, Any]:
+        options = {
+            "kernels": list(self.kernels),
+            "workload": self.workload,
+            "dtype": self.dtype,
+            "budget_s": self.budget_s,
+        }
+        return {"mode": "selfcheck", "suite": self.suite.to_json(), "selfcheck": options}
+
+
+def run_selfcheck(request: SelfcheckRequest, on_progress: Callable[[str], None]) -> str:
+    """Run the self-check in a child and return its markdown report.
+
+    Raises :class:`SelectionUnavailable` for a selection the suite lacks and
+    :class:`SuiteError` when the suite cannot load or the child dies or overruns.
+    """
+    with tempfile.TemporaryFile(mode="w+b") as stderr:
+        proc, lines = _spawn(request.plan(), stderr)
+        deadline = time.monotonic() + request.timeout_s
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise SuiteError(
+                        f"the self-check did not finish within {request.timeout_s:.0f} s; "
+                        "pass a larger --timeout or fewer --kernel"
+                    ) from None
+                event = _decode(line) if line is not None else None
+                if event is None:
+                    code = _wait(proc) if line is None else -signal.SIGKILL
+                    last = (_tail(stderr).splitlines() or ["(empty)"])[-1]
+                    raise SuiteError(f"the self-check runner {_death(code)}: {last}")
+                if event.get("event") == "progress":
+                    on_progress(event["message"])
+                elif event.get("event") == "report":
+                    return event["markdown"]
+                elif event.get("event") == "fatal":
+                    error = SelectionUnavailable if event["kind"] == "selection" else SuiteError
+                    raise error(event["message"])
         finally:
             _kill(proc)
 
@@ -164,22 +276,21 @@ def _take_plan(ctx: _Context, event: dict[str, Any]) -> None:
     ctx.suite, ctx.tasks, ctx.planned = event["suite"], tasks, True
     ctx.device = DeviceInfo(**event["device"])
     ctx.software = SoftwareInfo(**event["software"])
+    ctx.method = Method(**event["method"]) if event.get("method") else None
 
 
 def _failure(
     ctx: _Context, index: int, reason: str, seed: int, stderr_tail: str
-) -> CorrectnessResult:
+) -> CorrectnessResult | Measurement:
+    """The record of a case the child died or hung in, in the kind the mode produces."""
     assert ctx.device is not None and ctx.software is not None
     task = ctx.tasks[index]
+    case = CaseId(ctx.suite, task.kernel, task.workload, task.params, task.dtype)
+    common = {"case": case, "reason": reason, "device": ctx.device, "software": ctx.software}
+    if ctx.method is not None:
+        return Measurement(status="error", method=ctx.method, detail=stderr_tail, **common)
     return CorrectnessResult(
-        case=CaseId(ctx.suite, task.kernel, task.workload, task.params, task.dtype),
-        verdict="error",
-        reason=reason,
-        tolerance=task.tolerance,
-        seed=seed,
-        device=ctx.device,
-        software=ctx.software,
-        detail=stderr_tail,
+        verdict="error", tolerance=task.tolerance, seed=seed, detail=stderr_tail, **common
     )
 
 

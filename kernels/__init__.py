@@ -1,4 +1,5 @@
-"""The built-in suite: Triton kernels that LLM serving uses, each with its spec.
+"""The built-in suite: Triton kernels that LLM serving uses (and one CUDA C++ kernel with
+inline PTX), each with its spec.
 
 It is an ordinary suite module (see ``docs/SUITES.md``): kernelwatch finds it through the
 module-level ``SUITE``, exactly as it finds a suite in another repository.
@@ -10,9 +11,19 @@ from kernelwatch.kernels.attention import FLASH_ATTENTION
 from kernelwatch.kernels.gemm import GEMM
 from kernelwatch.kernels.rmsnorm import FUSED_ADD_RMS_NORM, RMS_NORM
 from kernelwatch.kernels.rope import ROPE
+from kernelwatch.kernels.silu_cuda import SILU_AND_MUL_CUDA
 from kernelwatch.kernels.softmax import SOFTMAX
 
 SUITE = Suite(
     name="builtin",
-    kernels=(RMS_NORM, FUSED_ADD_RMS_NORM, SOFTMAX, SILU_AND_MUL, ROPE, GEMM, FLASH_ATTENTION),
+    kernels=(
+        RMS_NORM,
+        FUSED_ADD_RMS_NORM,
+        SOFTMAX,
+        SILU_AND_MUL,
+        SILU_AND_MUL_CUDA,
+        ROPE,
+        GEMM,
+        FLASH_ATTENTION,
+    ),
 )

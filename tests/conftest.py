@@ -42,3 +42,49 @@ def kernelwatch_cli():
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL for the store tests, started by the product's embedded-server code in
+    a temporary directory (under /tmp, so that as root the server's user can reach it), and
+    stopped at the end of the session."""
+    import shutil
+    import tempfile
+
+    from kernelwatch.store import migrate
+    from kernelwatch.store.embedded import EmbeddedServer
+
+    server = EmbeddedServer(Path(tempfile.mkdtemp(prefix="kw-pg-", dir="/tmp")))
+    server.ensure_running()
+    migrate.upgrade(server.url())
+    yield server
+    server.stop(mode="immediate")  # its data is deleted next: no checkpoint needed
+    shutil.rmtree(server.root, ignore_errors=True)
+
+
+@pytest.fixture
+def store_url(pg_server, request) -> str:
+    """A fresh, migrated database of its own for one test, cloned from the migrated
+    ``kernelwatch`` database of ``pg_server``."""
+    import psycopg
+
+    name = f"t_{abs(hash(request.node.nodeid)):x}"
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE kernelwatch')
+    return pg_server.url(name)
+
+
+@pytest.fixture(scope="session")
+def bench_store():
+    """scripts/bench_store.py as a module: its synthetic fleet gives the store tests runs of
+    real harness records."""
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "scripts" / "bench_store.py"
+    spec = importlib.util.spec_from_file_location("bench_store", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_store"] = module  # dataclasses resolve annotations through it
+    spec.loader.exec_module(module)
+    return module

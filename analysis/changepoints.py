@@ -1,0 +1,322 @@
+"""Change points in one series of per-commit times, in commit order, batch and incremental.
+
+The method (docs/DETECTION.md gives the reasoning and the evaluation):
+
+1. Work on log times: GPU noise is multiplicative, and shifts become relative.
+2. Scan: at every split k, a Mann-Whitney statistic between the ``window`` points before and
+   the ``window`` points after k. Ranks ignore how far an outlier or a throttled point sits;
+   the bounded window keeps slow drift from accumulating into a "change".
+3. Candidates are the local maxima of |z|, strongest first. Each is confirmed (rank test p,
+   Cliff's delta and a noise-aware minimum magnitude) on the raw points between its
+   neighbouring change points, at most ``window`` either side; then the weakest change point
+   that no longer passes against its final neighbours is dropped, until all pass (Otava's
+   bottom-up merge, with a rank test instead of Student's t).
+4. With SM clocks per point, each change is tested again in cycle space (time x clock): one
+   that vanishes there is labelled ``environment`` rather than ``code``.
+
+Cost is O(n * window^2) comparisons, vectorised: a few milliseconds for a year of nightlies.
+The incremental form (``History``/``append``) keeps only a bounded tail, so a new nightly
+point costs the same whatever the length of the history.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+from typing import Literal
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from kernelwatch.analysis.confirm import Confirmation, Floors, confirm_shift, cycles
+from kernelwatch.analysis.noise import relative_noise
+
+Cause = Literal["code", "environment", "unknown"]
+Direction = Literal["regression", "improvement"]
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Thresholds of the detector; the defaults are the tuned ones of docs/DETECTION.md.
+
+    ``alpha``: the rank test's p-value cut. ``min_size``: points a regime needs on each side
+    of a change. ``window``: most points either side used by the scan and the test.
+    ``min_magnitude``: relative shift below which nothing is reported; ``noise_factor`` raises
+    it to that multiple of the series' own noise. ``min_effect``: Cliff's delta floor.
+    """
+
+    alpha: float = 1e-5
+    min_size: int = 6
+    window: int = 30
+    min_magnitude: float = 0.005
+    noise_factor: float = 0.5
+    min_effect: float = 0.3
+    lower_is_better: bool = True
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A confirmed change. ``index`` is the first point of the new regime; ``magnitude_pct``
+    is the signed change of the median level (after vs before) in percent."""
+
+    index: int
+    direction: Direction
+    magnitude_pct: float
+    p_value: float
+    effect: float
+    cause: Cause
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The verdict on one series: ``status`` is ``ok`` or ``too_short`` (fewer than two
+    regimes' worth of points: no judgement, which is not the same as no change).
+    ``noise_pct`` is the series' relative point-to-point noise."""
+
+    status: Literal["ok", "too_short"]
+    n: int
+    noise_pct: float
+    change_points: tuple[ChangePoint, ...]
+
+
+def detect(
+    y: np.ndarray | list[float],
+    config: DetectorConfig = DetectorConfig(),
+    clock_mhz: np.ndarray | list[float] | None = None,
+) -> Detection:
+    """Change points of one series of positive times in commit order.
+
+    ``clock_mhz`` (SM clock per point, parallel to ``y``) enables the cycle-space check.
+    Raises ValueError on non-positive or non-finite values.
+    """
+    # Work on "badness": log time, or minus log rate, so slower is always larger (the side
+    # the one-sided GPU noise falls on, which confirm.trim_slow_tail relies on).
+    x = _log_values(y) * (1.0 if config.lower_is_better else -1.0)
+    clocks = None if clock_mhz is None else np.asarray(clock_mhz, dtype=float)
+    if clocks is not None and clocks.shape != x.shape:
+        raise ValueError(f"clock_mhz has {clocks.size} values for {x.size} points; pass one each")
+    if x.size < 2 * config.min_size:
+        return Detection("too_short", int(x.size), 0.0, ())
+    sigma = relative_noise(x)
+    floors = Floors(
+        alpha=config.alpha,
+        magnitude=max(config.min_magnitude, config.noise_factor * sigma),
+        effect=config.min_effect,
+    )
+    found = _segment(x, config, floors)
+    log_cycles = None if clocks is None else cycles(x, clocks)
+    points = tuple(
+        _describe(k, conf, _cause(log_cycles, found, k, config, floors), config)
+        for k, conf in found.items()
+    )
+    return Detection("ok", int(x.size), float(sigma * 100.0), points)
+
+
+def local_rank_scan(x: np.ndarray, window: int) -> np.ndarray:
+    """z of the Mann-Whitney statistic for every split k = 0..n between the ``window`` points
+    before k and the ``window`` points from k on (fewer at the ends); 0 where a side is empty.
+
+    Positive z means the values after the split are larger.
+    """
+    n = x.size
+    pad = np.full(window, np.nan)
+    # Row k of the view holds x[k-window : k+window]; NaN padding compares false both ways.
+    views = sliding_window_view(np.concatenate([pad, x, pad]), 2 * window)[: n + 1]
+    left, right = views[:, :window], views[:, window:]
+    diff = right[:, None, :] - left[:, :, None]
+    net = np.count_nonzero(diff > 0, axis=(1, 2)) - np.count_nonzero(diff < 0, axis=(1, 2))
+    k = np.arange(n + 1)
+    n_left = np.minimum(k, window)
+    n_right = np.minimum(n - k, window)
+    variance = n_left * n_right * (n_left + n_right + 1) / 12.0
+    z = np.zeros(n + 1)
+    ok = variance > 0
+    z[ok] = (net[ok] / 2.0) / np.sqrt(variance[ok])
+    return z
+
+
+def _segment(x: np.ndarray, config: DetectorConfig, floors: Floors) -> dict[int, Confirmation]:
+    n = x.size
+    # Two scales: the full window has the power for small steps, a short one sees a regime
+    # shorter than the window (a regression fixed two weeks later), whose return the full
+    # window averages away. Either only nominates; the confirmation test decides.
+    short = max(config.min_size, config.window // 3)
+    z = np.maximum(np.abs(local_rank_scan(x, config.window)), np.abs(local_rank_scan(x, short)))
+    z[: config.min_size] = 0.0
+    z[n - config.min_size + 1 :] = 0.0
+    # A loose cut on the scan: it only nominates splits; the confirmation test decides.
+    z_min = NormalDist().inv_cdf(1.0 - min(0.5, 100 * floors.alpha) / 2.0)
+    radius = config.min_size
+    padded = np.pad(z, radius)
+    peak = z >= sliding_window_view(padded, 2 * radius + 1).max(axis=1)
+    candidates = np.flatnonzero(peak & (z >= z_min))
+    accepted: list[int] = []
+    for peak_at in candidates[np.argsort(-z[candidates], kind="stable")]:
+        k = _locate(x, int(peak_at), accepted, config)
+        if k < 0 or any(abs(k - a) < config.min_size for a in accepted):
+            continue
+        accepted.append(k)
+    return _prune(x, sorted(accepted), config, floors)
+
+
+def _locate(x: np.ndarray, k: int, accepted: list[int], config: DetectorConfig) -> int:
+    """The split near scan peak ``k`` that best fits one level either side (least absolute
+    deviations from each side's median), or -1 when no split has a full regime either side.
+
+    The rank scan saturates on a clear step (every nearby split ranks the sides apart), so
+    its peak can sit a few points off; absolute deviations see the size of the jump and are
+    as robust to outliers as the ranks."""
+    lo, hi = neighbour_bounds(x.size, k, accepted, config.window)
+    # Where near a scan peak the step may sit: a saturated peak can be a few points off,
+    # but a search wider than the short scale would slide onto a neighbouring change.
+    radius = config.window // 3
+    splits = np.arange(
+        max(lo + config.min_size, k - radius), min(hi - config.min_size, k + radius) + 1
+    )
+    if splits.size == 0:
+        return -1
+    seg = x[lo:hi]
+    before = np.arange(lo, hi)[None, :] < splits[:, None]
+    left = np.where(before, seg, np.nan)
+    right = np.where(before, np.nan, seg)
+    cost = _abs_deviation(left, splits - lo) + _abs_deviation(right, hi - splits)
+    return int(splits[np.argmin(cost)])
+
+
+def _abs_deviation(rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    # Row-wise sum of |v - median| over the non-NaN entries (``counts`` per row); sorting
+    # puts NaN last, so the median sits at fixed positions (much faster than nanmedian).
+    ordered = np.sort(rows, axis=1)
+    r = np.arange(rows.shape[0])
+    median = (ordered[r, (counts - 1) // 2] + ordered[r, counts // 2]) / 2.0
+    return np.nansum(np.abs(rows - median[:, None]), axis=1)
+
+
+def neighbour_bounds(n: int, k: int, points: list[int], reach: int) -> tuple[int, int]:
+    """The stretch ``[lo, hi)`` of a series of ``n`` points that tests a change at ``k``: up
+    to its neighbouring change points ``points``, at most ``reach`` points a side."""
+    lo = max([p for p in points if p < k] + [0, k - reach])
+    hi = min([p for p in points if p > k] + [n, k + reach])
+    return lo, hi
+
+
+def _prune(
+    x: np.ndarray, points: list[int], config: DetectorConfig, floors: Floors
+) -> dict[int, Confirmation]:
+    # A change accepted early was tested against a neighbour that may have arrived later;
+    # re-test all against their final neighbours, dropping the weakest failure each round.
+    while True:
+        tests = {k: _test(x, k, points, config, floors) for k in points}
+        failed = [k for k, t in tests.items() if not t.confirmed]
+        if not failed:
+            return tests
+        points.remove(max(failed, key=lambda k: tests[k].p_value))
+
+
+def _test(
+    x: np.ndarray, k: int, points: list[int], config: DetectorConfig, floors: Floors
+) -> Confirmation:
+    lo, hi = neighbour_bounds(x.size, k, points, config.window)
+    return confirm_shift(x[lo:k], x[k:hi], floors)
+
+
+def _cause(
+    log_cycles: np.ndarray | None,
+    found: dict[int, Confirmation],
+    k: int,
+    config: DetectorConfig,
+    floors: Floors,
+) -> Cause:
+    if log_cycles is None:
+        return "unknown"
+    in_cycles = _test(log_cycles, k, sorted(found), config, floors)
+    return "code" if in_cycles.confirmed else "environment"
+
+
+def _describe(k: int, conf: Confirmation, cause: Cause, config: DetectorConfig) -> ChangePoint:
+    sign = 1.0 if config.lower_is_better else -1.0
+    return ChangePoint(
+        index=k,
+        direction="regression" if conf.shift > 0 else "improvement",
+        magnitude_pct=math.expm1(sign * conf.shift) * 100.0,
+        p_value=conf.p_value,
+        effect=conf.effect,
+        cause=cause,
+    )
+
+
+def _log_values(y: np.ndarray | list[float]) -> np.ndarray:
+    values = np.asarray(y, dtype=float)
+    if values.ndim != 1:
+        raise ValueError("a series must be a flat list of numbers")
+    if not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise ValueError("a series must hold positive finite values (times or rates)")
+    return np.log(values)
+
+
+@dataclass(frozen=True)
+class History:
+    """State of the incremental detector for one series.
+
+    ``tail`` and ``tail_clocks`` are the last points kept (at most ``4 * window``) and
+    ``offset`` the index of the first of them in the whole series; ``settled`` are change
+    points far enough behind the newest point that no later point can move them.
+    """
+
+    config: DetectorConfig = DetectorConfig()
+    offset: int = 0
+    tail: tuple[float, ...] = ()
+    tail_clocks: tuple[float, ...] | None = None
+    settled: tuple[ChangePoint, ...] = ()
+
+    @property
+    def length(self) -> int:
+        """Points seen so far."""
+        return self.offset + len(self.tail)
+
+
+def append(
+    history: History, y: list[float], clock_mhz: list[float] | None = None
+) -> tuple[History, Detection]:
+    """Add new points to a series and detect over the retained tail only.
+
+    Returns the new state and the detection for the whole series so far (settled change
+    points plus those still provisional in the tail), with indices into the whole series.
+    A change point settles once ``2 * window`` points follow it: its test windows are then
+    full, so no new point can change its verdict.
+    """
+    config = history.config
+    if (clock_mhz is None) != (history.tail_clocks is None) and history.tail:
+        raise ValueError("pass clock_mhz with every append or with none")
+    values = history.tail + tuple(float(v) for v in y)
+    clocks = None
+    if clock_mhz is not None:
+        clocks = (history.tail_clocks or ()) + tuple(float(c) for c in clock_mhz)
+    total = history.offset + len(values)
+    keep = 4 * config.window
+    drop = max(0, len(values) - keep)
+    offset = history.offset + drop
+    values = values[drop:]
+    clocks = None if clocks is None else clocks[drop:]
+
+    found = detect(values, config, clocks)
+    # Points near the start of the tail lack a full left window; those changes were judged
+    # (and settled) when they were in the middle of the tail.
+    frontier = offset + config.window if offset > 0 else 0
+    settled = list(history.settled)
+    provisional = []
+    for cp in found.change_points:
+        absolute = replace(cp, index=cp.index + offset)
+        if absolute.index < frontier or any(
+            abs(absolute.index - s.index) < config.min_size for s in settled
+        ):
+            continue
+        if absolute.index <= total - 2 * config.window:
+            settled.append(absolute)
+        else:
+            provisional.append(absolute)
+    state = History(config, offset, values, clocks, tuple(settled))
+    points = tuple(settled) + tuple(provisional)
+    status = "too_short" if total < 2 * config.min_size else "ok"
+    return state, Detection(status, total, found.noise_pct, points)

@@ -1,0 +1,60 @@
+"""Change points on a series of measurement records (one per commit, in commit order), each
+confirmed on the raw samples of the runs either side of it.
+
+The detector sees one point per run (the median of the samples that count); a change it
+finds is kept only if the pooled raw samples of the runs before and after it agree (rank
+test plus effect floors), and is labelled ``code`` or ``environment`` by the same test in
+cycle space when every run recorded clocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from kernelwatch.analysis.changepoints import (
+    ChangePoint,
+    Detection,
+    DetectorConfig,
+    detect,
+    neighbour_bounds,
+)
+from kernelwatch.analysis.confirm import Floors, SampledRun, confirm_on_samples, counted_samples
+
+_DEFAULT = DetectorConfig()
+
+
+def detect_measurements(runs: Sequence[SampledRun], config: DetectorConfig = _DEFAULT) -> Detection:
+    """Change points of a series of measurements; indices point into ``runs``.
+
+    Runs that are not ``ok`` or kept no sample are skipped (they carry no time); a change
+    that the raw samples do not confirm is dropped.
+    """
+    usable = [i for i, m in enumerate(runs) if m.status == "ok" and counted_samples(m)[0].size]
+    samples = [counted_samples(runs[i]) for i in usable]
+    y = [float(np.median(ns)) for ns, _ in samples]
+    clocks = None
+    if samples and all(clock is not None and clock.size for _, clock in samples):
+        clocks = [float(np.median(clock)) for _, clock in samples]  # type: ignore[arg-type]
+    found = detect(y, config, clocks)
+    floors = Floors(
+        alpha=config.alpha,
+        magnitude=max(config.min_magnitude, config.noise_factor * found.noise_pct / 100.0),
+        effect=config.min_effect,
+    )
+    points = [cp.index for cp in found.change_points]
+    kept: list[ChangePoint] = []
+    for cp in found.change_points:
+        lo, hi = neighbour_bounds(len(y), cp.index, points, config.window)
+        before = [runs[i] for i in usable[lo : cp.index]]
+        after = [runs[i] for i in usable[cp.index : hi]]
+        in_time, in_cycles = confirm_on_samples(before, after, floors)
+        if not in_time.confirmed:
+            continue
+        cause = (
+            cp.cause if in_cycles is None else ("code" if in_cycles.confirmed else "environment")
+        )
+        kept.append(replace(cp, index=usable[cp.index], cause=cause))
+    return replace(found, n=len(runs), change_points=tuple(kept))

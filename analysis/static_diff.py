@@ -1,0 +1,200 @@
+"""Static regressions between two builds of a suite: pure functions over build records.
+
+Builds are matched by (kernel, function, dtype, config, case, arch). For each pair the rules
+are: new or more spill bytes; a tensor-core class downgrade (``TENSOR_CORE_RANK``); registers
+crossing an occupancy boundary for the block size (fewer resident blocks per SM); shared
+memory newly over the target's per-block limit; a build that no longer compiles; the
+instruction count up by more than a set fraction; and global loads narrowed (lost
+vectorisation). Each :class:`Finding` names the build and says before -> after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kernelwatch.harness.archs import ARCHS, Arch
+from kernelwatch.harness.records import BuildMetrics
+from kernelwatch.harness.sass import TENSOR_CORE_RANK
+
+#: Instruction growth (a fraction of the base count) above which a build is flagged.
+DEFAULT_MAX_INSTRUCTION_GROWTH = 0.10
+
+RULES = (
+    "no_longer_compiles",
+    "spills",
+    "tensor_core",
+    "occupancy",
+    "shared_memory",
+    "instructions",
+    "load_width",
+)
+
+BuildKey = tuple[str, str, str, str, str, str]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One static regression of one build."""
+
+    rule: str
+    kernel: str
+    function: str
+    dtype: str
+    config: str
+    case: str
+    arch: str
+    before: str
+    after: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "static_regression", **asdict(self)}
+
+
+def build_key(record: BuildMetrics) -> BuildKey:
+    """What identifies one build across two commits."""
+    config = record.config.label() if record.config is not None else ""
+    return (record.kernel, record.function, record.dtype, config, record.case, record.arch)
+
+
+def resident_blocks(registers: int, num_warps: int, arch: Arch) -> int:
+    """Blocks of ``num_warps`` warps an SM holds, limited by registers, warps and blocks.
+
+    Registers are granted per warp in units of ``arch.register_unit`` (a thread's count
+    rounded up to 8), which is what makes some register counts cliffs.
+    """
+    per_warp = -(-registers * 32 // arch.register_unit) * arch.register_unit
+    by_registers = arch.registers_per_sm // max(1, per_warp * num_warps)
+    return min(by_registers, arch.max_warps_per_sm // max(1, num_warps), arch.max_blocks_per_sm)
+
+
+def diff_builds(
+    base: Iterable[BuildMetrics],
+    head: Iterable[BuildMetrics],
+    max_instruction_growth: float = DEFAULT_MAX_INSTRUCTION_GROWTH,
+) -> list[Finding]:
+    """Every static regression from ``base`` to ``head``, in ``head``'s order.
+
+    A build only in ``base`` counts as no longer compiling when ``head`` has an error for the
+    same kernel and arch (its launches could not even be recorded); otherwise it was removed
+    or renamed, which is not a regression. Builds only in ``head`` are new: nothing to compare.
+    """
+    base_by_key = {build_key(r): r for r in base}
+    head = list(head)
+    head_keys = {build_key(r) for r in head}
+    failed = {(r.kernel, r.arch): r for r in head if r.status != "ok"}
+    findings: list[Finding] = []
+    for after in head:
+        before = base_by_key.get(build_key(after))
+        if before is not None:
+            findings += compare(before, after, max_instruction_growth)
+    for key, before in base_by_key.items():
+        lost = failed.get((before.kernel, before.arch))
+        if key not in head_keys and before.status == "ok" and lost is not None:
+            findings.append(_finding("no_longer_compiles", before, "ok", "error", lost.reason))
+    return findings
+
+
+def compare(
+    before: BuildMetrics,
+    after: BuildMetrics,
+    max_instruction_growth: float = DEFAULT_MAX_INSTRUCTION_GROWTH,
+) -> list[Finding]:
+    """The static regressions of one build from ``before`` to ``after``."""
+    if before.status != "ok":
+        return []
+    if after.status != "ok":
+        return [_finding("no_longer_compiles", after, "ok", "error", after.reason)]
+    rules = (_spills, _tensor_core, _occupancy, _shared_memory, _load_width)
+    findings = [f for rule in rules if (f := rule(before, after)) is not None]
+    grown = _instructions(before, after, max_instruction_growth)
+    return findings + ([grown] if grown is not None else [])
+
+
+def _spills(before: BuildMetrics, after: BuildMetrics) -> Finding | None:
+    old = (before.spill_store_bytes or 0, before.spill_load_bytes or 0)
+    new = (after.spill_store_bytes or 0, after.spill_load_bytes or 0)
+    if sum(new) <= sum(old):
+        return None
+    text = "{} B stores / {} B loads"
+    what = "starts spilling" if sum(old) == 0 else "spills more"
+    return _finding(
+        "spills",
+        after,
+        text.format(*old),
+        text.format(*new),
+        f"{what} (registers {before.registers} -> {after.registers})",
+    )
+
+
+def _tensor_core(before: BuildMetrics, after: BuildMetrics) -> Finding | None:
+    old, new = before.tensor_core or "none", after.tensor_core or "none"
+    if TENSOR_CORE_RANK.get(new, 0) >= TENSOR_CORE_RANK.get(old, 0):
+        return None
+    return _finding("tensor_core", after, old, new, "lost its tensor-core path")
+
+
+def _occupancy(before: BuildMetrics, after: BuildMetrics) -> Finding | None:
+    arch = ARCHS.get(after.arch)
+    if arch is None or None in (before.registers, after.registers, after.num_warps):
+        return None
+    warps = after.num_warps or 1
+    old = resident_blocks(before.registers or 0, before.num_warps or warps, arch)
+    new = resident_blocks(after.registers or 0, warps, arch)
+    if new >= old:
+        return None
+    return _finding(
+        "occupancy",
+        after,
+        f"{before.registers} regs",
+        f"{after.registers} regs",
+        f"resident blocks per SM {old} -> {new} at {warps} warps a block",
+    )
+
+
+def _shared_memory(before: BuildMetrics, after: BuildMetrics) -> Finding | None:
+    arch = ARCHS.get(after.arch)
+    if arch is None:
+        return None
+    old, new = _shared(before), _shared(after)
+    if new <= arch.shared_limit_bytes or old > arch.shared_limit_bytes:
+        return None
+    return _finding(
+        "shared_memory",
+        after,
+        f"{old} B",
+        f"{new} B",
+        f"over {arch.name}'s {arch.shared_limit_bytes} B a block: it cannot launch",
+    )
+
+
+def _instructions(before: BuildMetrics, after: BuildMetrics, max_growth: float) -> Finding | None:
+    old, new = before.instructions or 0, after.instructions or 0
+    if old == 0 or new <= old * (1 + max_growth):
+        return None
+    growth = new / old - 1
+    return _finding(
+        "instructions",
+        after,
+        str(old),
+        str(new),
+        f"+{growth:.0%} instructions (threshold {max_growth:.0%})",
+    )
+
+
+def _load_width(before: BuildMetrics, after: BuildMetrics) -> Finding | None:
+    old, new = before.global_load_bits, after.global_load_bits
+    if old is None or new is None or new >= old:
+        return None
+    return _finding("load_width", after, f"{old}-bit", f"{new}-bit", "widest global load narrowed")
+
+
+def _shared(record: BuildMetrics) -> int:
+    return (record.shared_static_bytes or 0) + (record.shared_dynamic_bytes or 0)
+
+
+def _finding(rule: str, record: BuildMetrics, before: str, after: str, message: str) -> Finding:
+    kernel, function, dtype, config, case, arch = build_key(record)
+    return Finding(rule, kernel, function, dtype, config, case, arch, before, after, message)

@@ -1,0 +1,68 @@
+"""A content-addressed cache of build results, so a commit that changes one kernel rebuilds
+one kernel.
+
+The key is the SHA-256 of everything that decides the compiled code and its analysis: the
+kernel's source hash (Triton's hash of the function and every function and constexpr global
+it uses; a CUDA file's bytes), the specialisation and compile options, the target, the
+toolchain versions and :data:`ANALYSIS_VERSION`. A value is the build record of an ``ok``
+compile; failures are not cached, so a transient failure never sticks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kernelwatch.harness.records import BuildMetrics, RecordError
+
+#: Bump when what is measured from a cubin changes, so older entries are not reused.
+ANALYSIS_VERSION = 1
+ENV_VAR = "KERNELWATCH_BUILD_CACHE"
+
+
+def default_cache_dir() -> Path:
+    """``$KERNELWATCH_BUILD_CACHE``, else ``$XDG_CACHE_HOME/kernelwatch/build`` (default
+    ``~/.cache/kernelwatch/build``)."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kernelwatch" / "build"
+
+
+def cache_key(parts: Mapping[str, Any]) -> str:
+    """The key of one build: a hash of ``parts`` plus the analysis version."""
+    canonical = json.dumps(
+        {**parts, "analysis": ANALYSIS_VERSION}, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class BuildCache:
+    """Build records on disk under ``root``, one JSON file per key. Writes are atomic
+    (rename), so parallel builders and an interrupted run never leave a torn entry."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> BuildMetrics | None:
+        """The stored record, or None when absent or unreadable (then it is rebuilt)."""
+        try:
+            return BuildMetrics.from_json(json.loads(self._path(key).read_text()))
+        except (OSError, ValueError, RecordError):
+            return None
+
+    def put(self, key: str, record: BuildMetrics) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            f.write(record.dumps())
+        os.replace(tmp, path)

@@ -1,0 +1,148 @@
+"""Find out what a spec compiles, without a GPU, by recording its launches.
+
+The build stage must compile each kernel with the specialisation Triton's JIT would infer for
+real shapes (pointer and integer divisibility by 16, integers equal to 1, unit strides), or
+the registers and load widths it reports are not the ones that run. Rather than ask spec
+authors to restate their signatures, the spec's own ``make_inputs`` and ``launch`` run on
+the ``meta`` device (shapes and strides, no memory, so LLM-sized cases cost nothing) while
+:func:`recording` stands in for the launchers:
+
+- ``JITFunction.run`` (what ``kernel[grid](...)`` calls) binds the arguments with Triton's
+  own binder and keeps the signature, constexprs and ``tt.divisibility`` attributes it infers;
+- ``Autotuner.run`` launches every config of its tuning space, so an autotuned kernel is
+  built at each config even when its spec declares none;
+- ``CudaKernel.launch`` keeps the CUDA C++ entry point and block size.
+
+Nothing is compiled or run while recording; only this child process imports kernel code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelwatch.harness.cuda_kernel import CudaKernel
+from kernelwatch.harness.records import LaunchConfig
+
+#: Launch keyword arguments that are compile options, not kernel parameters.
+_TRITON_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+@dataclass(frozen=True)
+class TritonLaunch:
+    """One ``kernel[grid](...)`` call, as the JIT would have specialised it."""
+
+    fn: Any
+    signature: dict[str, str]
+    constexprs: dict[tuple[int, ...], Any]
+    attrs: dict[tuple[int, ...], Any]
+    options: dict[str, Any]
+    config: LaunchConfig | None = None
+
+    @property
+    def function(self) -> str:
+        return self.fn.__name__
+
+    def identity(self) -> str:
+        """Everything that decides the compiled code, as stable text. The function's name,
+        not its module: a suite file's module name depends on where it is checked out, and the
+        cache key adds the source hash."""
+        return repr(
+            (
+                self.fn.fn.__qualname__,
+                sorted(self.signature.items()),
+                sorted((k, repr(v)) for k, v in self.constexprs.items()),
+                sorted((k, repr(v)) for k, v in self.attrs.items()),
+                sorted(self.options.items()),
+            )
+        )
+
+
+@dataclass(frozen=True)
+class CudaLaunch:
+    """One :meth:`CudaKernel.launch` call."""
+
+    kernel: CudaKernel
+    entry: str
+    block: tuple[int, int, int]
+    shared_bytes: int
+    config: LaunchConfig | None = None
+
+    @property
+    def function(self) -> str:
+        return self.entry
+
+    def identity(self) -> str:
+        # The file's name, not its path: each revision is checked out somewhere else, and the
+        # cache key adds the file's content.
+        return repr((self.kernel.source.name, self.entry, self.block, self.shared_bytes))
+
+
+Launch = TritonLaunch | CudaLaunch
+
+
+@dataclass
+class Recorder:
+    """The launches seen inside :func:`recording`, in order."""
+
+    launches: list[Launch] = field(default_factory=list)
+    autotune_config: LaunchConfig | None = None
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Recorder]:
+    """Record launches instead of running them (see the module docstring)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    recorder = Recorder()
+    # Argument specialisation is the same for every CUDA target; any one backend will do.
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+
+    def jit_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        binder = create_function_from_signature(self.signature, self.params, backend)
+        bound, specialization, options = binder(*args, **kwargs)
+        _, signature, constexprs, attrs = self._pack_args(
+            backend, kwargs, bound, specialization, options
+        )
+        compile_options = {k: kwargs[k] for k in _TRITON_OPTIONS if kwargs.get(k) is not None}
+        recorder.launches.append(
+            TritonLaunch(
+                self, signature, constexprs, attrs, compile_options, recorder.autotune_config
+            )
+        )
+
+    def autotuner_run(self: Any, *args: Any, **kwargs: Any) -> None:
+        for config in self.configs:
+            recorder.autotune_config = LaunchConfig(
+                dict(config.kwargs), config.num_warps, config.num_stages
+            )
+            try:
+                self.fn.run(*args, **kwargs, **config.all_kwargs())
+            finally:
+                recorder.autotune_config = None
+
+    def cuda_launch(
+        self: CudaKernel,
+        entry: str,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Any,
+        shared_bytes: int = 0,
+    ) -> None:
+        recorder.launches.append(CudaLaunch(self, entry, tuple(block), shared_bytes))
+
+    patches = ((JITFunction, "run", jit_run), (Autotuner, "run", autotuner_run))
+    patches += ((CudaKernel, "launch", cuda_launch),)
+    saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
+    try:
+        for cls, name, replacement in patches:
+            setattr(cls, name, replacement)
+        yield recorder
+    finally:
+        for cls, name, original in saved:
+            setattr(cls, name, original)

@@ -1,0 +1,209 @@
+"""Adaptive sampling: when to stop taking samples, and the statistic over the ones that count.
+
+Pure logic. Samplers, the clock and the pause are passed in, so the tests drive every rule
+with synthetic samples and the CUDA and CPU timers share exactly this code.
+
+The 95% confidence interval of the median comes from order statistics (the binomial
+method): with the samples sorted, ``[x_(l), x_(n-l+1)]`` covers the true median with
+probability ``P(l <= B <= n-l)`` for ``B ~ Binomial(n, 1/2)``, whatever the distribution of
+the samples. It is chosen over the bootstrap because it is distribution-free with exact
+(conservative) coverage for independent samples, deterministic (the same samples always give
+the same interval, so a record can be re-derived from its raw samples), and costs one sort,
+cheap enough to re-evaluate inside the stopping loop; a bootstrap of the median needs
+thousands of resamples per check, is random, and its resampled medians take only a few
+distinct values, which makes its intervals erratic. Both assume independent samples; timing
+samples are mildly autocorrelated, so the interval is a lower bound on the real uncertainty
+(analysis compares independent runs for that reason).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import binom
+
+from kernelwatch.harness.records import Summary
+
+#: Why sampling stopped (``Summary.stop``).
+CONVERGED, BUDGET, TIMEOUT = "converged", "budget", "timeout"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed launch (or one launch's share of a batch) and the device state around it.
+
+    ``throttled`` marks a sample taken while the GPU reported a throttle reason that slows
+    it down; such samples are kept in the record but left out of the statistic.
+    """
+
+    ns: float
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    throttle_reasons: int | None = None
+    throttled: bool = False
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When to stop sampling.
+
+    Every arm needs ``min_samples`` unthrottled samples and ``min_time_s`` of accumulated
+    measured time. Then sampling stops as soon as every arm's median CI half-width is under
+    ``target_rel_ci`` of its median (``converged``), or once ``budget_s`` of wall time has
+    passed (``budget``). Throttled samples do not count, so sampling may run past the budget
+    to reach ``min_samples``, but never past ``timeout_s`` (``timeout``). After a throttled
+    sample the sampler pauses ``throttle_pause_s``, giving the clocks time to recover.
+    """
+
+    min_samples: int = 10
+    min_time_s: float = 0.1
+    target_rel_ci: float = 0.005
+    budget_s: float = 2.0
+    timeout_s: float = 15.0
+    confidence: float = 0.95
+    throttle_pause_s: float = 0.05
+
+
+@dataclass(frozen=True)
+class Collected:
+    """Every raw sample of every arm, in the order taken, and why sampling stopped."""
+
+    arms: tuple[tuple[Sample, ...], ...]
+    stop: str
+    elapsed_s: float
+
+
+class _Arm:
+    """Running totals of one arm, so each round costs O(1) outside the periodic CI check."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+        self.counted: list[float] = []
+        self.counted_ns = 0.0
+
+    def add(self, sample: Sample) -> None:
+        self.samples.append(sample)
+        if not sample.throttled:
+            self.counted.append(sample.ns)
+            self.counted_ns += sample.ns
+
+
+def collect(
+    arms: Sequence[Callable[[], Sample]],
+    rule: StopRule,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[float], None] = time.sleep,
+) -> Collected:
+    """Sample the arms round-robin (A B A B ..., so drift hits all alike) until ``rule`` says
+    stop. With one arm this is plain adaptive sampling."""
+    if not arms:
+        raise ValueError("collect needs at least one arm to sample")
+    state = [_Arm() for _ in arms]
+    start = clock()
+    next_check = rule.min_samples
+    rounds = 0
+    while True:
+        for arm, totals in zip(arms, state, strict=True):
+            sample = arm()
+            totals.add(sample)
+            if sample.throttled and rule.throttle_pause_s > 0:
+                pause(rule.throttle_pause_s)
+        rounds += 1
+        elapsed = clock() - start
+        enough = all(len(s.counted) >= rule.min_samples for s in state)
+        timed = all(s.counted_ns >= rule.min_time_s * 1e9 for s in state)
+        stop = None
+        # The CI needs a sort; checking on a geometric schedule keeps the loop O(n log n).
+        # It is checked once more when time runs out, so a CI that converged since the last
+        # check is reported as converged, not as a budget stop.
+        out_of_time = elapsed >= rule.budget_s
+        if enough and timed and (rounds >= next_check or out_of_time):
+            next_check = rounds + max(1, rounds // 10)
+            if all(
+                rel_ci_halfwidth(s.counted, rule.confidence) <= rule.target_rel_ci for s in state
+            ):
+                stop = CONVERGED
+        if stop is None and out_of_time and enough:
+            stop = BUDGET
+        if stop is None and elapsed >= rule.timeout_s:
+            stop = BUDGET if enough else TIMEOUT
+        if stop is not None:
+            return Collected(tuple(tuple(s.samples) for s in state), stop, elapsed)
+
+
+def warm_up(
+    sampler: Callable[[], object],
+    seconds: float,
+    clock: Callable[[], float] = time.monotonic,
+    min_calls: int = 1,
+) -> int:
+    """Call ``sampler`` for at least ``seconds`` of wall time and ``min_calls`` times: clocks
+    ramp up, caches and autotuners settle, lazy initialisation happens. Returns the calls."""
+    start = clock()
+    calls = 0
+    while calls < min_calls or clock() - start < seconds:
+        sampler()
+        calls += 1
+    return calls
+
+
+def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free CI of the median by order statistics (see the module docstring).
+
+    Below 6 samples no pair of order statistics reaches 95%; the full range is returned.
+    """
+    if not values:
+        raise ValueError("median_ci needs at least one value")
+    ordered = sorted(values)
+    n = len(ordered)
+    lower = ci_rank(n, confidence)
+    if lower < 0:
+        return ordered[0], ordered[-1]
+    return ordered[lower], ordered[n - 1 - lower]
+
+
+def ci_rank(n: int, confidence: float) -> int:
+    """The 0-based index ``l`` of the lower order statistic of the median's CI: the largest
+    ``l`` with ``P(B <= l-1) <= alpha/2`` (-1 when even the extremes fall short)."""
+    half_alpha = (1.0 - confidence) / 2.0
+    k = int(binom.ppf(half_alpha, n, 0.5))  # smallest k with cdf(k) >= alpha/2
+    if binom.cdf(k, n, 0.5) > half_alpha:
+        k -= 1
+    # ``k`` is now the largest count with cdf(k) <= alpha/2, and index k its order statistic.
+    return k
+
+
+def rel_ci_halfwidth(values: Sequence[float], confidence: float = 0.95) -> float:
+    """Half the CI width of the median, relative to the median (inf for a zero median)."""
+    low, high = median_ci(values, confidence)
+    return _relative_halfwidth(low, high, float(np.median(values)))
+
+
+def _relative_halfwidth(low: float, high: float, median: float) -> float:
+    return (high - low) / 2.0 / median if median > 0 else math.inf
+
+
+def summarize(samples: Sequence[Sample], stop: str, confidence: float = 0.95) -> Summary | None:
+    """The statistic over the unthrottled samples; None when every sample was throttled."""
+    counted = [s.ns for s in samples if not s.throttled]
+    if not counted:
+        return None
+    values = np.asarray(counted, dtype=float)
+    low, high = median_ci(counted, confidence)
+    median = float(np.median(values))
+    return Summary(
+        n=len(counted),
+        median_ns=median,
+        ci_low_ns=float(low),
+        ci_high_ns=float(high),
+        mean_ns=float(values.mean()),
+        min_ns=float(values.min()),
+        p10_ns=float(np.percentile(values, 10)),
+        p90_ns=float(np.percentile(values, 90)),
+        stop=stop,
+        rel_ci_halfwidth=_relative_halfwidth(low, high, median),
+    )

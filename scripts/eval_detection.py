@@ -1,0 +1,275 @@
+"""Evaluate kernelwatch's change-point detector against Apache Otava, MongoDB's e_divisive
+and ruptures PELT on labelled synthetic series with GPU-like noise, in one run.
+
+    .venv/bin/python scripts/eval_detection.py --anchors /tmp/kw-anchors
+
+Each anchor runs in its own virtual environment (their numpy pins conflict), as a
+subprocess worker (scripts/detection_anchor_worker.py) that returns its detections and the
+time spent inside its own calls. Every detector is first tuned on series drawn from
+``--tune-seed``, then all run, interleaved chunk by chunk, on series drawn from ``--seed``:
+at its documented defaults and at its tuned setting. A detection matches a planted change
+within +-3 points (one to one). Prints a Markdown table; ``--json`` also writes the details.
+
+Setting up the anchors (outside the repository):
+
+    python3.11 -m venv DIR/otava && DIR/otava/bin/pip install apache-otava==0.8.0
+    python3.11 -m venv DIR/mongo && DIR/mongo/bin/pip install signal-processing-algorithms==2.1.6
+    python3.11 -m venv DIR/ruptures && DIR/ruptures/bin/pip install ruptures==1.1.10
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from kernelwatch.analysis.changepoints import DetectorConfig, detect
+from kernelwatch.analysis.synthetic import SyntheticSeries, make_dataset
+
+TOLERANCE = 3
+CHUNK = 50
+WORKER = Path(__file__).with_name("detection_anchor_worker.py")
+
+Params = dict[str, Any]
+Runner = Callable[[Params, list[list[float]]], tuple[list[list[int]], float]]
+
+# Documented defaults: Otava's compute_change_points signature (window_len=50,
+# max_pvalue=0.001, min_magnitude=0); e_divisive's signature (pvalue=0.05,
+# permutations=100); ruptures has no default penalty, so its README's example
+# (Pelt(model="rbf"), predict(pen=10), constructor defaults min_size=2, jump=5).
+DEFAULTS: dict[str, Params] = {
+    "ours": {},
+    "otava": {},
+    "mongo": {},
+    "ruptures": {"model": "rbf", "pen": 10},
+}
+
+
+def _grid(**axes: Sequence[Any]) -> list[Params]:
+    return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+
+
+GRIDS: dict[str, list[Params]] = {
+    "ours": _grid(alpha=[1e-3, 1e-4, 1e-5, 1e-6], window=[20, 25, 30, 40], min_effect=[0.3, 0.5]),
+    "otava": _grid(
+        window_len=[20, 30, 50],
+        max_pvalue=[1e-3, 1e-4, 1e-6, 1e-8, 1e-10],
+        min_magnitude=[0.0, 0.01, 0.02],
+    ),
+    # 100 permutations cannot report p below ~0.01; more permutations buy lower cuts.
+    "mongo": [
+        {"pvalue": p, "permutations": n}
+        for p, n in [(0.1, 100), (0.05, 100), (0.02, 100), (0.01, 100), (0.005, 200)]
+    ],
+    "ruptures": _grid(model=["rbf"], pen=[5, 10, 20, 40], jump=[1, 5])
+    + _grid(model=["l2"], log_standardize=[True], pen=[10, 20, 40, 80], min_size=[5], jump=[1])
+    + _grid(model=["l1"], log_standardize=[True], pen=[20, 40], min_size=[5], jump=[1]),
+}
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Detection quality over a set of series."""
+
+    precision: float
+    recall: float
+    f1: float
+    false_alarm_rate: float
+    true_positives: int
+    false_positives: int
+    false_negatives: int
+
+
+def score(data: Sequence[SyntheticSeries], detections: Sequence[Sequence[int]]) -> Scores:
+    """Match detections to planted changes one to one within +-TOLERANCE points (nearest
+    first); unmatched detections are false positives. The false-alarm rate is the share of
+    unchanged series with any detection."""
+    tp = fp = fn = alarms = unchanged = 0
+    for series, found in zip(data, detections, strict=True):
+        truth = list(series.change_points)
+        pairs = sorted(
+            (abs(t - d), i, j)
+            for i, t in enumerate(truth)
+            for j, d in enumerate(found)
+            if abs(t - d) <= TOLERANCE
+        )
+        used_t: set[int] = set()
+        used_d: set[int] = set()
+        for _, i, j in pairs:
+            if i not in used_t and j not in used_d:
+                used_t.add(i)
+                used_d.add(j)
+        tp += len(used_t)
+        fp += len(found) - len(used_d)
+        fn += len(truth) - len(used_t)
+        if not truth:
+            unchanged += 1
+            alarms += bool(found)
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return Scores(precision, recall, f1, alarms / unchanged if unchanged else 0.0, tp, fp, fn)
+
+
+def run_ours(params: Params, series: list[list[float]]) -> tuple[list[list[int]], float]:
+    """Our detector in this process, timed the way the workers time the anchors."""
+    config = DetectorConfig(**params)
+    detections = []
+    seconds = 0.0
+    for y in series:
+        start = time.perf_counter()
+        found = detect(y, config)
+        seconds += time.perf_counter() - start
+        detections.append([cp.index for cp in found.change_points])
+    return detections, seconds
+
+
+class Worker:
+    """One anchor's detector in a subprocess of its own virtual environment."""
+
+    def __init__(self, name: str, anchors: Path) -> None:
+        python = anchors / name / "bin" / "python"
+        if not python.exists():
+            sys.exit(f"error: no {python}; set up the anchors as this script's docstring says")
+        self.name = name
+        self.proc = subprocess.Popen(
+            [str(python), str(WORKER), name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+
+    def __call__(self, params: Params, series: list[list[float]]) -> tuple[list[list[int]], float]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"params": params, "series": series}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"error: the {self.name} worker died; run it by hand to see why")
+        answer = json.loads(line)
+        return answer["detections"], answer["seconds"]
+
+    def close(self) -> None:
+        """Close stdin so the worker exits, and wait for it."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def tune(runner: Runner, grid: list[Params], data: list[SyntheticSeries]) -> tuple[Params, Scores]:
+    """The grid point with the best F1 on ``data`` (ties: the earlier point)."""
+    series = [s.y.tolist() for s in data]
+    best: tuple[Params, Scores] | None = None
+    for params in grid:
+        found, _ = runner(params, series)
+        scores = score(data, found)
+        if best is None or scores.f1 > best[1].f1:
+            best = (params, scores)
+    assert best is not None
+    return best
+
+
+def evaluate(
+    entries: dict[str, tuple[Runner, Params]], data: list[SyntheticSeries]
+) -> dict[str, tuple[Scores, float]]:
+    """Run every entry on ``data`` in chunks, rotating the order per chunk so that load from
+    other processes falls on all detectors alike; returns scores and ms per series."""
+    found: dict[str, list[list[int]]] = {label: [] for label in entries}
+    seconds = dict.fromkeys(entries, 0.0)
+    labels = list(entries)
+    for c, start in enumerate(range(0, len(data), CHUNK)):
+        chunk = [s.y.tolist() for s in data[start : start + CHUNK]]
+        for label in labels[c % len(labels) :] + labels[: c % len(labels)]:
+            runner, params = entries[label]
+            detections, spent = runner(params, chunk)
+            found[label].extend(detections)
+            seconds[label] += spent
+    return {
+        label: (score(data, found[label]), 1000.0 * seconds[label] / len(data)) for label in labels
+    }
+
+
+def main() -> None:
+    """Tune, evaluate, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--anchors", type=Path, default=Path("/tmp/kw-anchors"))
+    parser.add_argument("--series", type=int, default=400, help="evaluation series")
+    parser.add_argument("--tune-series", type=int, default=150)
+    parser.add_argument("--length", type=int, default=200, help="points per series")
+    parser.add_argument("--seed", type=int, default=2, help="seed of the evaluation set")
+    parser.add_argument("--tune-seed", type=int, default=1, help="seed of the tuning set")
+    parser.add_argument("--json", type=Path, help="also write the details here")
+    args = parser.parse_args()
+    if args.seed == args.tune_seed:
+        sys.exit("error: tune on another seed than you evaluate on (--tune-seed != --seed)")
+
+    tune_set = make_dataset(args.tune_seed, args.tune_series, args.length)
+    eval_set = make_dataset(args.seed, args.series, args.length)
+    runners: dict[str, Runner] = {"ours": run_ours}
+    workers = [Worker(name, args.anchors) for name in ("otava", "mongo", "ruptures")]
+    runners.update({w.name: w for w in workers})
+
+    print(f"tuning on {len(tune_set)} series (seed {args.tune_seed})...", file=sys.stderr)
+    with ThreadPoolExecutor(len(runners)) as pool:
+        tuned = dict(
+            zip(
+                runners,
+                pool.map(lambda name: tune(runners[name], GRIDS[name], tune_set), runners),
+                strict=True,
+            )
+        )
+    entries: dict[str, tuple[Runner, Params]] = {}
+    for name, runner in runners.items():
+        entries[f"{name} default"] = (runner, DEFAULTS[name])
+        entries[f"{name} tuned"] = (runner, tuned[name][0])
+    print(f"evaluating on {len(eval_set)} series (seed {args.seed})...", file=sys.stderr)
+    results = evaluate(entries, eval_set)
+    for worker in workers:
+        worker.close()
+
+    changes = sum(len(s.change_points) for s in eval_set)
+    unchanged = sum(not s.change_points for s in eval_set)
+    print(
+        f"{len(eval_set)} series x {args.length} points (seed {args.seed}; {changes} planted "
+        f"changes, {unchanged} unchanged series); tuned on {len(tune_set)} series "
+        f"(seed {args.tune_seed}); match within +-{TOLERANCE} points\n"
+    )
+    print("| detector | setting | precision | recall | F1 | false alarms | ms / series |")
+    print("|---|---|---|---|---|---|---|")
+    for label, (scores, ms) in results.items():
+        name, which = label.split()
+        params = DEFAULTS[name] if which == "default" else tuned[name][0]
+        shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "signature defaults"
+        if name == "ours" and which == "default":
+            shown = ", ".join(
+                f"{f.name}={getattr(DetectorConfig(), f.name)}" for f in fields(DetectorConfig)
+            )
+        print(
+            f"| {label} | {shown} | {scores.precision:.3f} | {scores.recall:.3f} | "
+            f"{scores.f1:.3f} | {scores.false_alarm_rate:.1%} | {ms:.2f} |"
+        )
+    if args.json:
+        details = {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "tuned": {
+                name: {"params": p, "tune_scores": asdict(s)} for name, (p, s) in tuned.items()
+            },
+            "results": {
+                label: {"scores": asdict(s), "ms_per_series": ms}
+                for label, (s, ms) in results.items()
+            },
+        }
+        args.json.write_text(json.dumps(details, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

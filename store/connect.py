@@ -1,0 +1,78 @@
+"""Finding and opening the database: the configured URL, or the embedded server (started
+and migrated on first use)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from kernelwatch.store import migrate
+from kernelwatch.store.config import StoreConfig, load_config
+from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer, ServerState
+
+
+class StoreUnavailable(RuntimeError):
+    """The database cannot be reached (or the embedded server cannot be started)."""
+
+
+class SchemaMismatch(RuntimeError):
+    """The database's schema is not the one this kernelwatch was written for."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the store is: ``url``, and for the embedded server its state on resolution."""
+
+    url: str
+    embedded: EmbeddedServer | None = None
+    state: ServerState | None = None
+
+
+def resolve(config: StoreConfig | None = None) -> Target:
+    """The configured database, or the embedded server, started if needed and migrated to
+    this kernelwatch's schema (it is kernelwatch's own database, so upgrading it is safe)."""
+    config = config or load_config()
+    if config.url:
+        return Target(config.url)
+    server = EmbeddedServer(config.pg_dir)
+    try:
+        state = server.ensure_running()
+    except EmbeddedError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    url = server.url()
+    with _open(url) as conn:
+        current = migrate.current_revision(conn)
+    if current != migrate.HEAD:
+        migrate.upgrade(url)
+    return Target(url, server, state)
+
+
+def connect(url: str) -> psycopg.Connection:
+    """Open a connection and check the schema is at this kernelwatch's revision."""
+    conn = _open(url)
+    current = migrate.current_revision(conn)
+    conn.rollback()
+    if current != migrate.HEAD:
+        conn.close()
+        raise SchemaMismatch(
+            f"the database schema is at revision {current or 'none'}, this kernelwatch needs "
+            f"{migrate.HEAD}: run `kernelwatch db upgrade`"
+        )
+    return conn
+
+
+def redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for messages and status output."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    if "password" in info:
+        info["password"] = "***"
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+def _open(url: str) -> psycopg.Connection:
+    try:
+        return psycopg.connect(url, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreUnavailable(f"cannot connect to {redacted(url)}: {first}") from exc

@@ -1,0 +1,288 @@
+"""The embedded PostgreSQL server: a real server kernelwatch starts itself in a per-user
+directory when no database URL is configured, and reuses across runs.
+
+Layout of the directory: ``data/`` (PGDATA), ``run/`` (the Unix socket; no TCP port is
+opened, so the socket directory's permissions are the access control), ``server.log`` and
+``lock`` (serialises concurrent starts). PostgreSQL refuses to run as root, so as root the
+server runs as an unprivileged user (``postgres`` where it exists, else a ``kernelwatch``
+system user that is created) who owns the directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import importlib.util
+import os
+import pwd
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+PG_BIN_ENV = "KERNELWATCH_PG_BIN"
+PG_USER_ENV = "KERNELWATCH_PG_USER"
+DATABASE = "kernelwatch"
+SUPERUSER = "postgres"
+# The socket file name carries the port; with no TCP listener any fixed port is free.
+PORT = 5432
+# Unix socket paths are limited to 107 bytes (sun_path).
+_SOCKET_PATH_MAX = 107
+_START_TIMEOUT_S = 60
+# Local, single-tenant server: fewer checkpoints during bulk ingest; everything else default.
+_SETTINGS = {
+    "listen_addresses": "''",
+    "port": str(PORT),
+    "max_wal_size": "'2GB'",
+    "log_min_messages": "warning",
+}
+
+
+class EmbeddedError(RuntimeError):
+    """The embedded server could not be set up or started; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What ``ensure_running`` found or did."""
+
+    started: bool
+    pid: int | None
+    version: str
+
+
+@dataclass(frozen=True)
+class EmbeddedServer:
+    """A PostgreSQL cluster in ``root``. Methods are idempotent and safe to call from several
+    processes at once."""
+
+    root: Path
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "server.log"
+
+    def url(self, database: str = DATABASE) -> str:
+        """The libpq URL of ``database`` on this server (Unix socket, trust authentication)."""
+        return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={PORT}"
+
+    def ensure_running(self) -> ServerState:
+        """Create the cluster if missing, start it if stopped, and create the ``kernelwatch``
+        database. Returns whether this call started the server."""
+        socket = self.socket_dir / f".s.PGSQL.{PORT}"
+        if len(str(socket)) > _SOCKET_PATH_MAX:
+            raise EmbeddedError(
+                f"the socket path {socket} is longer than {_SOCKET_PATH_MAX} bytes; "
+                f"set KERNELWATCH_PG_DIR to a shorter directory"
+            )
+        bin_dir = find_bin_dir()
+        user = _server_user()
+        self._prepare_root(user)
+        with self._lock():
+            if not (self.data_dir / "PG_VERSION").exists():
+                self._initdb(bin_dir, user)
+            started = False
+            if not self.is_running():
+                self._start(bin_dir, user)
+                started = True
+            self._create_database()
+        return ServerState(started=started, pid=self.pid(), version=_version(bin_dir))
+
+    def is_running(self) -> bool:
+        """Whether a postmaster for this data directory is up and accepting connections."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # alive, owned by the server user
+        return (self.socket_dir / f".s.PGSQL.{PORT}").exists()
+
+    def pid(self) -> int | None:
+        """The postmaster's pid from ``postmaster.pid``, or None when there is none."""
+        try:
+            first = (self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
+        except (FileNotFoundError, PermissionError):
+            return None
+        return int(first) if first.strip().isdigit() else None
+
+    def stop(self, mode: str = "fast") -> bool:
+        """Stop the server and return whether it was running. ``fast`` rolls back open
+        transactions and checkpoints; ``immediate`` skips the checkpoint (recovery runs at
+        the next start): for a data directory about to be deleted."""
+        if not self.is_running():
+            return False
+        self._run(
+            [str(find_bin_dir() / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", mode,
+             "-w", "-t", str(_START_TIMEOUT_S)],
+            _server_user(),
+        )  # fmt: skip
+        return True
+
+    def _prepare_root(self, user: str | None) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if user is None:
+            os.chmod(self.root, 0o700)
+            return
+        entry = pwd.getpwnam(user)
+        for path in (self.root, self.socket_dir):
+            path.mkdir(exist_ok=True)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+            os.chmod(path, 0o700)
+        probe = subprocess.run(["test", "-w", str(self.root)], user=user, check=False)
+        if probe.returncode != 0:
+            raise EmbeddedError(
+                f"PostgreSQL runs as user {user}, who cannot reach {self.root} (a parent "
+                f"directory is private); set KERNELWATCH_PG_DIR to a directory such as "
+                f"/var/lib/kernelwatch/pg or one under /tmp"
+            )
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        with open(self.root / "lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _initdb(self, bin_dir: Path, user: str | None) -> None:
+        # A half-made data directory from an interrupted initdb would make initdb refuse.
+        if self.data_dir.exists():
+            shutil.rmtree(self.data_dir)
+        self._run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+            ],
+            user,
+        )
+        settings = "".join(f"{k} = {v}\n" for k, v in _SETTINGS.items())
+        settings += f"unix_socket_directories = '{self.socket_dir}'\n"
+        with open(self.data_dir / "postgresql.auto.conf", "a") as conf:
+            conf.write(settings)
+
+    def _start(self, bin_dir: Path, user: str | None) -> None:
+        self.socket_dir.mkdir(mode=0o700, exist_ok=True)
+        try:
+            self._run(
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "start",
+                    "-D",
+                    str(self.data_dir),
+                    "-w",
+                    "-t",
+                    str(_START_TIMEOUT_S),
+                    "-l",
+                    str(self.log_file),
+                ],
+                user,
+            )
+        except EmbeddedError as exc:
+            raise EmbeddedError(f"{exc}; the server log is {self.log_file}") from exc
+
+    def _create_database(self) -> None:
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+            if exists.fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+    def _run(self, argv: list[str], user: str | None) -> None:
+        # pg_ctl start leaves the postmaster holding inherited pipes, so its output goes to
+        # a file, never to a pipe this process would wait on.
+        out = self.root / "command.log"
+        with open(out, "w") as sink:
+            result = subprocess.run(
+                argv,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                user=user,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        if result.returncode != 0:
+            tail = out.read_text().strip().splitlines()[-1:] or ["no output"]
+            raise EmbeddedError(f"{Path(argv[0]).name} failed in {self.root}: {tail[0]}")
+
+
+def find_bin_dir() -> Path:
+    """The directory holding ``initdb``, ``pg_ctl`` and ``postgres``: ``KERNELWATCH_PG_BIN``,
+    else the system's PostgreSQL (``pg_ctl`` on PATH, or Debian's newest
+    ``/usr/lib/postgresql/N/bin``), else the one bundled with the ``pgserver`` package."""
+    candidates: list[Path] = []
+    if os.environ.get(PG_BIN_ENV):
+        candidates.append(Path(os.environ[PG_BIN_ENV]))
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        # Debian links /usr/local/bin/pg_ctl into /usr/lib/postgresql/N/bin.
+        candidates.append(Path(on_path).resolve().parent)
+    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_major, reverse=True)
+    candidates.extend(Path(p) for p in debian)
+    spec = importlib.util.find_spec("pgserver")
+    if spec is not None and spec.submodule_search_locations:
+        candidates.append(Path(spec.submodule_search_locations[0]) / "pginstall" / "bin")
+    for candidate in candidates:
+        if all((candidate / exe).is_file() for exe in ("initdb", "pg_ctl", "postgres")):
+            return candidate
+    raise EmbeddedError(
+        "no PostgreSQL server binaries found: install PostgreSQL (e.g. apt-get install "
+        f"postgresql) or the pgserver package, set {PG_BIN_ENV}, or configure a database URL"
+    )
+
+
+def _major(path: str) -> int:
+    version = Path(path).parent.name
+    return int(version) if version.isdigit() else 0
+
+
+def _server_user() -> str | None:
+    """The OS user the server runs as: None (this user) unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    wanted = os.environ.get(PG_USER_ENV)
+    for name in [wanted] if wanted else ["postgres", "kernelwatch"]:
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    if wanted:
+        raise EmbeddedError(f"{PG_USER_ENV}={wanted} names no user on this machine")
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "kernelwatch"],
+        check=True,
+        capture_output=True,
+    )
+    return "kernelwatch"
+
+
+def _version(bin_dir: Path) -> str:
+    out = subprocess.run(
+        [str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, check=False
+    )
+    found = re.search(r"\(PostgreSQL\) (\S+)", out.stdout)
+    return found.group(1) if found else "unknown"

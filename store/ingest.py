@@ -1,0 +1,503 @@
+"""Ingest: a whole run in one transaction, measurements and samples through binary COPY,
+idempotent by run UUID.
+
+A run whose UUID is already stored is skipped (``IngestResult.stored`` False): submitting it
+again neither duplicates nor fails. Concurrent writers of the same run serialise on the
+unique run UUID; new dimension rows (series, kernels, configs) are inserted in key order so
+concurrent runs never deadlock. Record fields the schema has no column for yet (the records
+may gain optional fields) are kept in each row's ``extra`` JSONB, so nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+from kernelwatch.harness.records import (
+    BuildMetrics,
+    CorrectnessResult,
+    DeviceInfo,
+    LaunchConfig,
+    Measurement,
+    RunInfo,
+    SoftwareInfo,
+)
+from kernelwatch.store import copyframe
+from kernelwatch.store.identity import canonical_params, case_key, series_key
+from kernelwatch.store.measurement_rows import COLUMNS as MEASUREMENT_COLUMNS
+from kernelwatch.store.measurement_rows import RunColumns
+from kernelwatch.store.measurement_rows import rows as measurement_rows
+from kernelwatch.store.runfile import Run
+from kernelwatch.store.samples import COLUMNS as SAMPLE_COLUMNS
+from kernelwatch.store.samples import SampleBatch
+
+# Runs on the tracked branch: their measurements are the series' history and latest value.
+HISTORY_TRIGGERS = ("nightly", "manual")
+# A measurement's id is its run's id shifted left by this, plus its position in the run.
+MEASUREMENT_ID_SHIFT = 24
+# Measurements framed and sent at a time: small enough that a chunk fits the socket buffer
+# and the server stores it while the next is framed, large enough that numpy's per-call
+# overhead stays small.
+_CHUNK = 256
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+_CORRECTNESS_COLUMNS = (
+    ("run_id", "int8"), ("kernel_id", "int4"), ("case_key", "text"), ("workload", "text"),
+    ("params", "jsonb"), ("dtype", "text"), ("verdict", "text"), ("reason", "text"),
+    ("tolerance", "float8"), ("seed", "int8"), ("rel_error", "float8"),
+    ("max_abs_error", "float8"), ("nonfinite", "int8"), ("unwritten", "int8"),
+    ("deterministic", "bool"), ("config_id", "int4"), ("duration_s", "float8"),
+    ("detail", "text"), ("extra", "jsonb"),
+)  # fmt: skip
+_BUILD_SCALARS = (
+    ("registers", "int4"), ("spill_store_bytes", "int8"), ("spill_load_bytes", "int8"),
+    ("stack_bytes", "int8"), ("shared_static_bytes", "int8"), ("shared_dynamic_bytes", "int8"),
+    ("num_warps", "int4"), ("num_stages", "int4"), ("tensor_core", "text"),
+    ("tma_loads", "int4"), ("global_load_bits", "int4"), ("local_loads", "int4"),
+    ("local_stores", "int4"), ("instructions", "int4"), ("cubin_bytes", "int8"),
+    ("cubin_sha256", "text"), ("source_hash", "text"), ("compile_s", "float8"),
+    ("cached", "bool"), ("detail", "text"), ("function", "text"), ("language", "text"),
+    ("arch", "text"), ("status", "text"), ("reason", "text"), ("dtype", "text"),
+    ("workload", "text"),
+)  # fmt: skip
+_BUILD_COLUMNS = (
+    ("run_id", "int8"), ("kernel_id", "int4"), ("config_id", "int4"), ("opcodes", "jsonb"),
+    ("toolchain", "jsonb"), ("extra", "jsonb"), ("case_label", "text"), *_BUILD_SCALARS,
+)  # fmt: skip
+
+# Record fields that map onto columns; any other field lands in ``extra``.
+_MAPPED = {
+    Measurement: {
+        "case", "status", "reason", "method", "device", "software", "config", "samples_ns",
+        "sm_clock_mhz", "throttled", "summary", "telemetry", "sol", "baseline",
+        "baseline_median_ns", "speedup", "duration_s", "detail", "kind", "schema_version",
+        "mem_clock_mhz", "baseline_samples_ns", "baseline_throttled", "config_source",
+    },
+    CorrectnessResult: {
+        "case", "verdict", "reason", "tolerance", "seed", "device", "software", "rel_error",
+        "max_abs_error", "nonfinite", "unwritten", "deterministic", "config", "duration_s",
+        "detail", "kind", "schema_version",
+    },
+    BuildMetrics: {
+        "suite", "kernel", "config", "opcodes", "toolchain", "kind", "schema_version", "case",
+        *(name for name, _ in _BUILD_SCALARS),
+    },
+    RunInfo: {
+        "run_id", "trigger", "repository", "suite", "commit", "device", "software",
+        "started_at", "status", "finished_at", "base_commit", "pool", "orchestration_id",
+        "kind", "schema_version",
+    },
+}  # fmt: skip
+_UNMAPPED = {
+    cls: tuple(f.name for f in fields(cls) if f.name not in names) for cls, names in _MAPPED.items()
+}
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What one ``ingest`` call stored. ``stored`` is False when the run UUID was already in
+    the database (nothing was written)."""
+
+    run_id: str
+    stored: bool
+    measurements: int = 0
+    samples: int = 0
+    correctness: int = 0
+    builds: int = 0
+
+
+class Ingester:
+    """Writes runs through one connection. Keeps the ids of dimension rows (repositories,
+    kernels, series, ...) it has seen committed, so a steady stream of runs costs no
+    look-ups."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self._ids: dict[tuple[Any, ...], int] = {}
+        self._pending: dict[tuple[Any, ...], int] = {}
+        self._keys: dict[tuple[Any, ...], str] = {}
+
+    def ingest(self, run: Run) -> IngestResult:
+        """Store ``run`` and all its records in one transaction, or nothing at all."""
+        info = run.info
+        self._pending = {}
+        with self.conn.transaction():
+            cur = self.conn.cursor()
+            found = cur.execute("SELECT 1 FROM runs WHERE run_id = %s", (info.run_id,))
+            if found.fetchone() is not None:
+                return IngestResult(info.run_id, stored=False)
+            measurements = [r for r in run.records if isinstance(r, Measurement)]
+            checks = [r for r in run.records if isinstance(r, CorrectnessResult)]
+            builds = [r for r in run.records if isinstance(r, BuildMetrics)]
+            inserted = self._insert_run(cur, info, measurements, checks, builds)
+            if inserted is None:  # a concurrent writer committed the same run first
+                return IngestResult(info.run_id, stored=False)
+            run_pk, started_at = inserted
+            samples = self._measurements(cur, info, run_pk, started_at, measurements)
+            self._correctness(cur, info, run_pk, checks)
+            self._builds(cur, info, run_pk, builds)
+        self._ids.update(self._pending)
+        return IngestResult(info.run_id, True, len(measurements), samples, len(checks), len(builds))
+
+    def _insert_run(
+        self,
+        cur: psycopg.Cursor,
+        info: RunInfo,
+        measurements: Sequence[Measurement],
+        checks: Sequence[CorrectnessResult],
+        builds: Sequence[BuildMetrics],
+    ) -> tuple[int, datetime] | None:
+        """Insert the run's row; its id and start time (as the server stored it), or None
+        when the run is there already."""
+        repository_id = self._repository(cur, info.repository)
+        commit_id = None
+        if info.commit is not None:
+            c = info.commit
+            commit_id = self._dimension(
+                cur,
+                "commits",
+                {"repository_id": repository_id, "sha": c.sha},
+                {"parents": list(c.parents), "author_time": c.author_time,
+                 "message": c.message, "branch": c.branch},
+            )  # fmt: skip
+        device_id = self._device(cur, info.device)
+        environment_id = self._environment(cur, info.software)
+        rel_cis = [m.summary.rel_ci_halfwidth for m in measurements if m.summary is not None]
+        row = cur.execute(
+            """INSERT INTO runs (run_id, trigger, repository_id, suite, commit_id, base_sha,
+                pool, device_id, environment_id, status, started_at, finished_at,
+                orchestration_id, measurements, measurement_errors, samples,
+                throttled_samples, mean_rel_ci, correctness, correctness_failed, builds, extra)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+                %s, %s, %s, %s)
+            ON CONFLICT (run_id) DO NOTHING RETURNING id, started_at""",
+            (
+                info.run_id, info.trigger, repository_id, info.suite, commit_id,
+                info.base_commit, info.pool, device_id, environment_id, info.status,
+                info.started_at, info.finished_at, info.orchestration_id, len(measurements),
+                sum(m.status == "error" for m in measurements),
+                sum(len(m.samples_ns) for m in measurements),
+                sum(m.throttled.count(True) for m in measurements),
+                sum(rel_cis) / len(rel_cis) if rel_cis else None,
+                len(checks), sum(c.verdict in ("fail", "error") for c in checks), len(builds),
+                _jsonb(_extra(info)),
+            ),
+        ).fetchone()  # fmt: skip
+        return None if row is None else (row[0], row[1])
+
+    def _measurements(
+        self,
+        cur: psycopg.Cursor,
+        info: RunInfo,
+        run_pk: int,
+        started_at: datetime,
+        records: Sequence[Measurement],
+    ) -> int:
+        """COPY the measurements and their samples; returns how many samples (kernel and
+        baseline) were stored. Rows are framed and sent a chunk at a time, so the server
+        stores one chunk while this process frames the next."""
+        if not records:
+            return 0
+        if len(records) >= 1 << MEASUREMENT_ID_SHIFT:
+            raise ValueError(f"a run holds at most {1 << MEASUREMENT_ID_SHIFT} measurements")
+        repository_id = self._repository(cur, info.repository)
+        series_ids = self._series(cur, info, repository_id, records)
+        config_ids = self._configs(cur, [m.config for m in records])
+        ids = (run_pk << MEASUREMENT_ID_SHIFT) + np.arange(len(records), dtype=np.int64)
+        chunks = [slice(i, i + _CHUNK) for i in range(0, len(records), _CHUNK)]
+        batches = []
+        with _copy(cur, "samples", SAMPLE_COLUMNS) as copy:
+            for chunk in chunks:
+                batches.append(SampleBatch(records[chunk]))
+                copy.write(batches[-1].rows(ids[chunk]))
+        measured_at_us = (started_at - _PG_EPOCH) // timedelta(microseconds=1)
+        with _copy(cur, "measurements", MEASUREMENT_COLUMNS) as copy:
+            for chunk, batch in zip(chunks, batches, strict=True):
+                part = records[chunk]
+                extras = [
+                    _extra_json(m, info, i in batch.irregular_clocks, i in batch.irregular_flags)
+                    for i, m in enumerate(part)
+                ]
+                columns = RunColumns(
+                    run_pk, measured_at_us, info.trigger in HISTORY_TRIGGERS, ids[chunk],
+                    series_ids[chunk], config_ids[chunk], batch.kernel.lengths,
+                    batch.throttled_counts, extras,
+                )  # fmt: skip
+                copy.write(measurement_rows(part, columns))
+        return sum(batch.count for batch in batches)
+
+    def _correctness(
+        self, cur: psycopg.Cursor, info: RunInfo, run_pk: int, records: Sequence[CorrectnessResult]
+    ) -> None:
+        if not records:
+            return
+        repository_id = self._repository(cur, info.repository)
+        kernel_ids = [
+            self._kernel(cur, repository_id, r.case.suite, r.case.kernel) for r in records
+        ]
+        config_ids = self._configs(cur, [r.config for r in records])
+        rows = (
+            (run_pk, kid, case_key(r.case), r.case.workload, dict(r.case.params), r.case.dtype,
+             r.verdict, r.reason, r.tolerance, r.seed, r.rel_error, r.max_abs_error,
+             r.nonfinite, r.unwritten, r.deterministic, cid, r.duration_s, r.detail,
+             _extra(r, info))
+            for r, kid, cid in zip(records, kernel_ids, config_ids, strict=True)
+        )  # fmt: skip
+        _copy_rows(cur, "correctness_results", _CORRECTNESS_COLUMNS, rows)
+
+    def _builds(
+        self, cur: psycopg.Cursor, info: RunInfo, run_pk: int, records: Sequence[BuildMetrics]
+    ) -> None:
+        if not records:
+            return
+        repository_id = self._repository(cur, info.repository)
+        kernel_ids = [self._kernel(cur, repository_id, r.suite, r.kernel) for r in records]
+        config_ids = self._configs(cur, [r.config for r in records])
+        rows = (
+            (run_pk, kid, cid, dict(r.opcodes), dict(r.toolchain), _extra(r), r.case,
+             *(getattr(r, name) for name, _ in _BUILD_SCALARS))
+            for r, kid, cid in zip(records, kernel_ids, config_ids, strict=True)
+        )  # fmt: skip
+        _copy_rows(cur, "build_metrics", _BUILD_COLUMNS, rows)
+
+    def _series(
+        self,
+        cur: psycopg.Cursor,
+        info: RunInfo,
+        repository_id: int,
+        records: Sequence[Measurement],
+    ) -> list[int]:
+        keys = [self._series_key(info.repository, m) for m in records]
+        missing = {
+            k: m for k, m in zip(keys, records, strict=True) if ("series", k) not in self._ids
+        }
+        if missing:
+            self._resolve_series(cur, info, repository_id, missing)
+        known = {**self._ids, **self._pending}
+        return [known["series", k] for k in keys]
+
+    def _series_key(self, repository: str, m: Measurement) -> str:
+        # Hashing canonical JSON costs ~10 us a record; the tuple of the same identity is a
+        # few times cheaper to build, and equal for every run of the same case.
+        c = m.case
+        memo = (repository, c.suite, c.kernel, c.dtype, tuple(c.params.items()), m.device.name,
+                m.method)  # fmt: skip
+        key = self._keys.get(memo)
+        if key is None:
+            key = self._keys[memo] = series_key(repository, c, m.device.name, m.method)
+        return key
+
+    def _resolve_series(
+        self,
+        cur: psycopg.Cursor,
+        info: RunInfo,
+        repository_id: int,
+        missing: dict[str, Measurement],
+    ) -> None:
+        def lookup(keys: list[str]) -> None:
+            rows = cur.execute("SELECT key, id FROM series WHERE key = ANY(%s)", (keys,))
+            self._pending.update({("series", key): sid for key, sid in rows})
+
+        lookup(list(missing))
+        new = sorted(k for k in missing if ("series", k) not in self._pending)
+        if not new:
+            return
+        # Kernels first, in name order, so concurrent runs take their locks in one order.
+        kernels = sorted({(missing[k].case.suite, missing[k].case.kernel) for k in new})
+        kernel_ids = {sk: self._kernel(cur, repository_id, *sk) for sk in kernels}
+        rows = []
+        for key in new:
+            m = missing[key]
+            kernel_id = kernel_ids[m.case.suite, m.case.kernel]
+            rows.append((
+                key, kernel_id, case_key(m.case), m.case.workload, canonical_params(m.case),
+                m.case.dtype, m.device.name, m.method.timer, m.method.l2,
+                m.method.harness_version,
+            ))  # fmt: skip
+        inserted = cur.execute(
+            """INSERT INTO series (key, kernel_id, case_key, workload, params, dtype,
+                device_model, timer, l2, harness_version)
+            SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::jsonb[],
+                %s::text[], %s::text[], %s::text[], %s::text[], %s::int[])
+            ON CONFLICT (key) DO NOTHING RETURNING id""",
+            [list(column) for column in zip(*rows, strict=True)],
+        ).fetchall()
+        lookup(new)
+        self._annotate_method_changes(cur, info, [row[0] for row in inserted])
+
+    def _annotate_method_changes(
+        self, cur: psycopg.Cursor, info: RunInfo, new_ids: list[int]
+    ) -> None:
+        """A case measured with a new method starts a new series; mark where it happened, so
+        the jump between the two lines is never read as a regression."""
+        if not new_ids:
+            return
+        cur.execute(
+            """INSERT INTO annotations (at, kind, text, repository_id, series_id, device_model)
+            SELECT DISTINCT ON (n.id) %s, 'method_change',
+                format('measurement method changed from %%s/%%s/h%%s to %%s/%%s/h%%s',
+                    o.timer, o.l2, o.harness_version, n.timer, n.l2, n.harness_version),
+                k.repository_id, n.id, n.device_model
+            FROM series n
+                JOIN kernels k ON k.id = n.kernel_id
+                JOIN series o ON o.kernel_id = n.kernel_id AND o.case_key = n.case_key
+                    AND o.device_model = n.device_model AND o.id <> ALL(%s)
+            WHERE n.id = ANY(%s)
+            ORDER BY n.id, o.created_at DESC""",
+            (info.started_at, new_ids, new_ids),
+        )
+
+    def _configs(
+        self, cur: psycopg.Cursor, configs: Iterable[LaunchConfig | None]
+    ) -> list[int | None]:
+        configs = list(configs)
+        # Records of a run often share one config object: label each object once.
+        by_object = {id(c): c.label() for c in {id(c): c for c in configs if c}.values()}
+        labels = [None if c is None else by_object[id(c)] for c in configs]
+        by_label = {label: c for label, c in zip(labels, configs, strict=True) if label}
+        for label in sorted(by_label):
+            self._dimension(
+                cur,
+                "configs",
+                {"label": label},
+                {"config": json.dumps(_config_json(by_label[label]))},
+            )
+        known = {**self._ids, **self._pending}
+        return [None if label is None else known["configs", (label,)] for label in labels]
+
+    def _repository(self, cur: psycopg.Cursor, name: str) -> int:
+        return self._dimension(cur, "repositories", {"name": name}, {})
+
+    def _kernel(self, cur: psycopg.Cursor, repository_id: int, suite: str, name: str) -> int:
+        return self._dimension(
+            cur, "kernels", {"repository_id": repository_id, "suite": suite, "name": name}, {}
+        )
+
+    def _device(self, cur: psycopg.Cursor, device: DeviceInfo) -> int:
+        return self._dimension(
+            cur,
+            "devices",
+            {"kind": device.kind, "model": device.name, "host": device.host, "uuid": device.uuid,
+             "arch": device.capability, "sm_count": device.sm_count,
+             "l2_bytes": device.l2_bytes, "interpreter": device.interpreter},
+            {},
+        )  # fmt: skip
+
+    def _environment(self, cur: psycopg.Cursor, software: SoftwareInfo) -> int:
+        return self._dimension(
+            cur,
+            "environments",
+            {"kernelwatch": software.kernelwatch, "python": software.python,
+             "torch": software.torch, "triton": software.triton, "cuda": software.cuda,
+             "driver": software.driver},
+            {},
+        )  # fmt: skip
+
+    def _dimension(
+        self, cur: psycopg.Cursor, table: str, key: dict[str, Any], other: dict[str, Any]
+    ) -> int:
+        """The id of the row of ``table`` whose unique ``key`` columns match, inserted (with
+        ``other`` columns) when missing."""
+        cache_key = (table, tuple(key.values()))
+        if cache_key in self._ids:
+            return self._ids[cache_key]
+        if cache_key in self._pending:
+            return self._pending[cache_key]
+        columns = {**key, **other}
+        names = ", ".join(columns)
+        marks = ", ".join(["%s"] * len(columns))
+        row = cur.execute(
+            f"INSERT INTO {table} ({names}) VALUES ({marks}) "
+            f"ON CONFLICT ({', '.join(key)}) DO NOTHING RETURNING id",
+            list(columns.values()),
+        ).fetchone()
+        if row is None:  # it exists (perhaps committed just now by a concurrent writer)
+            match = " AND ".join(f"{name} IS NOT DISTINCT FROM %s" for name in key)
+            row = cur.execute(
+                f"SELECT id FROM {table} WHERE {match}", list(key.values())
+            ).fetchone()
+        self._pending[cache_key] = row[0]
+        return row[0]
+
+
+@contextmanager
+def _copy(cur: psycopg.Cursor, table: str, columns: Sequence[str]) -> Iterator[psycopg.Copy]:
+    """A binary COPY into ``table`` taking framed rows (``copyframe``): the header and
+    trailer are written here."""
+    with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.write(copyframe.HEADER)
+        yield copy
+        copy.write(copyframe.TRAILER)
+
+
+def _copy_rows(
+    cur: psycopg.Cursor,
+    table: str,
+    columns: Sequence[tuple[str, str]],
+    rows: Iterable[tuple[Any, ...]],
+) -> None:
+    names = ", ".join(name for name, _ in columns)
+    with cur.copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types([pg_type for _, pg_type in columns])
+        for row in rows:
+            copy.write_row(row)
+
+
+def _extra(
+    record: Any,
+    info: RunInfo | None = None,
+    keep_clocks: bool = False,
+    keep_flags: bool = False,
+) -> dict[str, Any] | None:
+    """Fields without a column, a device or software differing from the run's, and clocks
+    or flags the samples row cannot hold exactly (see ``SampleBatch``): plain JSON values,
+    or None in the usual case of nothing to keep."""
+    text = _extra_json(record, info, keep_clocks, keep_flags)
+    return None if text is None else json.loads(text)
+
+
+def _extra_json(
+    record: Any,
+    info: RunInfo | None = None,
+    keep_clocks: bool = False,
+    keep_flags: bool = False,
+) -> str | None:
+    """``_extra`` as JSON text."""
+    kept = {name: getattr(record, name) for name in _UNMAPPED[type(record)]}
+    if keep_clocks:
+        kept["sm_clock_mhz"] = record.sm_clock_mhz
+        kept["mem_clock_mhz"] = record.mem_clock_mhz
+    if keep_flags:
+        kept["throttled"] = record.throttled
+        kept["baseline_throttled"] = record.baseline_throttled
+    if info is not None:
+        if record.device is not info.device and record.device != info.device:
+            kept["device"] = record.device
+        if record.software is not info.software and record.software != info.software:
+            kept["software"] = record.software
+    return json.dumps(kept, default=_json_default) if kept else None
+
+
+def _jsonb(value: dict[str, Any] | None) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if hasattr(value, "__dataclass_fields__"):
+        return {f: getattr(value, f) for f in value.__dataclass_fields__}
+    return dict(value)
+
+
+def _config_json(config: LaunchConfig) -> dict[str, Any]:
+    return {"meta": dict(config.meta), "num_warps": config.num_warps,
+            "num_stages": config.num_stages}  # fmt: skip

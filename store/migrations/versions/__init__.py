@@ -1,0 +1,1 @@
+"""The migration scripts (revision files), loaded by Alembic from this directory."""

@@ -1,0 +1,115 @@
+"""``kernelwatch bench`` and ``selfcheck`` end to end: real child processes, real Triton
+kernels through the interpreter, planted crashes and hangs."""
+
+from __future__ import annotations
+
+import json
+
+from kernelwatch.harness.pinning import load_pins, pinned_config
+from kernelwatch.harness.records import Measurement
+
+_FAST = ("--budget", "0.05")
+
+
+def _records(stdout: str) -> list[Measurement]:
+    return [Measurement.from_json(json.loads(line)) for line in stdout.splitlines()]
+
+
+def test_every_case_is_a_record_with_samples_statistic_and_provenance(
+    kernelwatch_cli, device, tmp_path
+):
+    pins = tmp_path / "pins.json"
+    proc = kernelwatch_cli(
+        *("bench", "-k", "softmax", "-k", "gemm", "--dtype", "fp32", "--dtype", "bf16"),
+        *("--json", "--save-pins", str(pins), *_FAST),
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = _records(proc.stdout)
+    assert len(records) == (4 + 5) * 2  # cases x dtypes, unsupported ones included
+    for r in records:
+        if r.case.dtype == "bf16" and device.info.kind == "cpu":
+            assert r.status == "unsupported" and "interpreter" in r.reason
+            continue
+        assert r.status == "ok", (r.case, r.reason)
+        assert r.summary.n >= 10 and len(r.samples_ns) >= 10
+        assert r.summary.ci_low_ns <= r.summary.median_ns <= r.summary.ci_high_ns
+        assert r.summary.stop in ("converged", "budget")
+        assert r.method.label() == "cpu-perf-counter/warm/h1"
+        assert r.device.host and r.software.torch and r.software.triton and r.software.python
+        assert r.sol.tflops > 0 and r.sol.gbps > 0 and r.sol.pct_sol is None
+        assert r.speedup > 0 and len(r.baseline_samples_ns) == len(r.samples_ns)
+        assert r.config is not None and r.telemetry.available is False
+    gemm = next(r for r in records if r.case.kernel == "gemm" and r.status == "ok")
+    assert gemm.config_source == "pinned"
+    assert "bench: 9 measured, 0 error, 9 unsupported (18 cases)" in proc.stderr
+
+    saved = load_pins(pins)
+    assert pinned_config(saved, "gemm", gemm.case.params, gemm.case.dtype) == gemm.config
+    again = kernelwatch_cli(
+        "bench", "-k", "gemm", "--dtype", "fp32", "--json", "--pin", str(pins), *_FAST
+    )
+    assert again.returncode == 0, again.stderr
+    assert {r.config_source for r in _records(again.stdout)} == {"pin-file"}
+
+
+def test_table_and_measured_ceilings(kernelwatch_cli):
+    proc = kernelwatch_cli(
+        "bench", "-k", "softmax", "--dtype", "fp32", "--measure-ceilings", *_FAST
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "measured ceilings: copy" in proc.stderr
+    for column in ("median", "95% CI", "samples", "TFLOP/s", "GB/s", "%SOL", "speedup"):
+        assert column in proc.stdout
+
+
+def test_crashes_and_hangs_become_error_records_and_the_rest_still_run(
+    kernelwatch_cli, planted_suite_path
+):
+    proc = kernelwatch_cli(
+        "bench",
+        "--suite",
+        str(planted_suite_path),
+        *("-k", "good", "-k", "raises", "-k", "segfault", "-k", "hangs"),
+        *("--dtype", "fp32", "--json", "--timeout", "4"),
+        *_FAST,
+    )
+    assert proc.returncode == 1
+    records = {r.case.kernel: r for r in _records(proc.stdout)}
+    assert {k: r.status for k, r in records.items()} == {
+        "good": "ok",
+        "raises": "error",
+        "segfault": "error",
+        "hangs": "error",
+    }
+    assert "planted: the kernel raised" in records["raises"].reason
+    assert "died of signal SIGSEGV" in records["segfault"].reason
+    assert "timed out after 4 s" in records["hangs"].reason
+    assert records["segfault"].method == records["good"].method
+
+
+def test_bad_input_exits_2_on_one_line(kernelwatch_cli, tmp_path):
+    graph = kernelwatch_cli("bench", "-k", "softmax", "--timer", "cuda-graph")
+    assert graph.returncode == 2
+    assert graph.stderr.strip().startswith("error: timer 'cuda-graph' needs a CUDA GPU")
+    pins = kernelwatch_cli("bench", "--pin", str(tmp_path / "none.json"))
+    assert pins.returncode == 2 and "cannot read pin file" in pins.stderr
+    assert pins.stderr.strip().count("\n") == 0
+
+
+def test_selfcheck_writes_a_markdown_report(kernelwatch_cli, tmp_path):
+    proc = kernelwatch_cli(
+        "selfcheck",
+        *("--workload", "smoke", "--dtype", "fp16", "-k", "softmax", "-k", "rms_norm"),
+        *("--out", str(tmp_path), *_FAST),
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "selfcheck.md").read_text()
+    assert report.startswith("# kernelwatch self-check")
+    for heading in ("## Kernel times (us)", "## A/A noise", "## Ceilings"):
+        assert heading in report
+    softmax = next(line for line in report.splitlines() if line.startswith("| softmax | rows"))
+    cells = [c.strip() for c in softmax.split("|")]
+    assert float(cells[3]) > 0 and cells[7] == "n/a"  # ours measured; do_bench needs CUDA
+    assert "| rms_norm |" in report and "copy bandwidth" in report
+    bad = kernelwatch_cli("selfcheck", "-k", "nope", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "unknown kernel 'nope'" in bad.stderr

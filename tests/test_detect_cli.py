@@ -1,0 +1,69 @@
+"""``kernelwatch detect``: the real console script on JSON-lines files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kernelwatch.analysis.synthetic import make_series
+
+
+@pytest.fixture
+def series_file(tmp_path):
+    rng = np.random.default_rng(1)
+    y = make_series(rng, 100, 0, jitter=0.005).y
+    y[60:] *= 1.06
+    flat = make_series(rng, 100, 0, jitter=0.005).y
+    lines = [
+        {"id": "gemm", "y": y.tolist(), "rev": [f"c{i}" for i in range(100)]},
+        {"id": "flat", "y": flat.tolist(), "lower_is_better": True},
+        {"id": "tiny", "y": [1.0, 1.1, 1.2]},
+    ]
+    path = tmp_path / "series.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def test_json_reports_each_series(kernelwatch_cli, series_file):
+    result = kernelwatch_cli("detect", str(series_file), "--json")
+    assert result.returncode == 0, result.stderr
+    gemm, flat, tiny = (json.loads(line) for line in result.stdout.splitlines())
+    [change] = gemm["change_points"]
+    assert abs(change["index"] - 60) <= 2
+    assert change["direction"] == "regression"
+    assert change["magnitude_pct"] == pytest.approx(6, abs=1.5)
+    assert change["p_value"] < 1e-5
+    assert change["rev"] == f"c{change['index']}"
+    assert flat["status"] == "ok" and flat["change_points"] == []
+    assert tiny["status"] == "too_short" and tiny["change_points"] == []
+
+
+def test_table_and_fail_on_regression(kernelwatch_cli, series_file):
+    result = kernelwatch_cli("detect", str(series_file), "--fail-on-regression")
+    assert result.returncode == 1
+    assert "regression at" in result.stdout
+    assert "too short" in result.stdout
+    assert "1 regressions" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"id": 1, "y": [1, 2, 3]}\nnot json\n', "line 2: not JSON"),
+        ('{"id": 1, "t": [1]}\n', "line 1: missing 'y'"),
+        ('{"id": 1, "y": [1.0, "fast"]}\n', 'line 1: y[1] is "fast"'),
+        ('{"id": 1, "y": []}\n', "line 1: 'y' must be a non-empty list"),
+        ('{"id": 1, "y": [1.0, 2.0], "rev": ["a"]}\n', "line 1: 'rev' must be a list as long"),
+        ("\n", "holds no series"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(kernelwatch_cli, tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    result = kernelwatch_cli("detect", str(path))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]

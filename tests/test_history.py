@@ -1,0 +1,54 @@
+"""Change points on measurement records, confirmed on their raw samples."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernelwatch.analysis.history import detect_measurements
+from kernelwatch.harness.records import CaseId, DeviceInfo, Measurement, Method, SoftwareInfo
+
+_CASE = CaseId("s", "gemm", "llm", {"m": 4096}, "bf16")
+
+
+def _run(rng: np.random.Generator, center: float, clock: float | None, status: str = "ok"):
+    samples = center * np.exp(rng.normal(0, 0.01, 50))
+    ok = status == "ok"
+    return Measurement(
+        case=_CASE,
+        status=status,
+        reason="",
+        method=Method("cuda-events", "cold", 1),
+        device=DeviceInfo("cuda", "H200", "host", False),
+        software=SoftwareInfo("0", "3.11", "2", "3", None, None),
+        samples_ns=tuple(samples.tolist()) if ok else (),
+        sm_clock_mhz=(clock,) * 50 if ok and clock is not None else (),
+        throttled=(False,) * 50 if ok else (),
+    )
+
+
+def test_a_code_change_is_confirmed_on_the_samples_and_indexed_into_the_runs():
+    rng = np.random.default_rng(1)
+    runs = [_run(rng, 1000.0 * (1.05 if i >= 40 else 1.0), 1980.0) for i in range(80)]
+    runs.insert(10, _run(rng, 1000.0, None, status="error"))
+    found = detect_measurements(runs)
+    [change] = found.change_points
+    assert change.index == 41
+    assert change.cause == "code"
+    assert found.n == 81
+
+
+def test_a_clock_change_is_labelled_environment():
+    rng = np.random.default_rng(2)
+    runs = [
+        _run(rng, 1000.0 * (1.08 if i >= 40 else 1.0), 1980.0 / (1.08 if i >= 40 else 1.0))
+        for i in range(80)
+    ]
+    [change] = detect_measurements(runs).change_points
+    assert change.cause == "environment"
+
+
+def test_runs_without_clocks_leave_the_cause_unknown():
+    rng = np.random.default_rng(3)
+    runs = [_run(rng, 1000.0 * (0.9 if i >= 30 else 1.0), None) for i in range(60)]
+    [change] = detect_measurements(runs).change_points
+    assert (change.direction, change.cause) == ("improvement", "unknown")

@@ -1,0 +1,183 @@
+"""Detection over stored history and triage through the store, on a real PostgreSQL: one
+planted culprit across 20 series opens one regression, a second pass adds nothing, triage
+moves follow the rules, recovery closes the alert, and a baseline reset closes and silences."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import psycopg
+import pytest
+
+from kernelwatch.flows.detection import detect_and_alert
+from kernelwatch.harness.records import (
+    CaseId,
+    CommitInfo,
+    DeviceInfo,
+    LaunchConfig,
+    Measurement,
+    Method,
+    RunInfo,
+    SoftwareInfo,
+    Summary,
+)
+from kernelwatch.store.ingest import Ingester
+from kernelwatch.store.runfile import Run
+
+REPO = "kernels-repo"
+DEVICE = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)
+SOFTWARE = SoftwareInfo("0.1.0", "3.11.7", "2.13.0", "3.9.0", "13.0", "580.1")
+START = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def _measurement(case: CaseId, level: float, rng: np.random.Generator) -> Measurement:
+    samples = level * np.exp(rng.normal(0.0, 0.004, 15))
+    median = float(np.median(samples))
+    return Measurement(
+        case=case,
+        status="ok",
+        reason="",
+        method=Method("cuda-events", "cold", 1),
+        device=DEVICE,
+        software=SOFTWARE,
+        config=LaunchConfig({"BLOCK": 1024}, 4, 1),
+        samples_ns=tuple(float(s) for s in samples),
+        throttled=(False,) * 15,
+        summary=Summary(
+            15,
+            median,
+            median * 0.998,
+            median * 1.002,
+            median,
+            median,
+            median,
+            median,
+            "converged",
+            0.002,
+        ),
+    )
+
+
+def _history(levels: list[float], series: int = 20, seed: int = 0, offset: int = 0) -> list[Run]:
+    """One nightly run per commit, ``series`` rms_norm cases each; point i of every series
+    sits at ``levels[i]`` times its base time."""
+    rng = np.random.default_rng(seed)
+    cases = [
+        CaseId("builtin", "rms_norm", "llm", {"rows": 64 * (1 + s), "hidden": 4096}, "fp16")
+        for s in range(series)
+    ]
+    runs = []
+    for i, level in enumerate(levels, start=offset):
+        when = START + timedelta(days=i)
+        commit = CommitInfo(f"{i:040x}", (f"{i - 1:040x}",), when.isoformat(), f"commit {i}")
+        info = RunInfo(
+            run_id=str(uuid.UUID(int=i + 1)),
+            trigger="nightly",
+            repository=REPO,
+            suite="builtin",
+            commit=commit,
+            device=DEVICE,
+            software=SOFTWARE,
+            started_at=(when + timedelta(hours=3)).isoformat(),
+            status="ok",
+            finished_at=(when + timedelta(hours=4)).isoformat(),
+        )
+        records = [_measurement(c, 1000.0 * (1 + s / 10) * level, rng) for s, c in enumerate(cases)]
+        runs.append(Run.of(info, records))
+    return runs
+
+
+def _ingest(url: str, runs: list[Run]) -> None:
+    with psycopg.connect(url) as conn:
+        ingester = Ingester(conn)
+        for run in runs:
+            ingester.ingest(run)
+
+
+def _detect(url: str):
+    with psycopg.connect(url) as conn:
+        return detect_and_alert(conn, REPO)
+
+
+@pytest.fixture
+def regressions_cli(store_url, kernelwatch_cli, monkeypatch):
+    """``kernelwatch regressions ...`` against the test's database."""
+    monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
+    return lambda *args: kernelwatch_cli("regressions", *args)
+
+
+def test_one_culprit_across_20_series_is_one_alert_and_recovery_closes_it(
+    store_url, regressions_cli
+):
+    cli = regressions_cli
+    _ingest(store_url, _history([1.0] * 20 + [1.08] * 15))
+    first = _detect(store_url)
+    assert first.series == 20 and len(first.opened) == 1, first
+    assert _detect(store_url).opened == ()  # a second pass finds nothing new
+
+    listed = cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (alert,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert alert["state"] == "untriaged" and alert["change_points"] == 20
+    # The culprit is commit 20; the range may be a point or two wide either side.
+    good, bad = int(alert["good_sha"], 16), int(alert["bad_sha"], 16)
+    assert good < 20 <= bad and bad - good <= 6, (good, bad)
+
+    acked = cli(
+        "ack", str(alert["regression_id"]), "--note", "looking", "--assignee", "ana", "--by", "ana"
+    )
+    assert acked.returncode == 0 and "untriaged -> acknowledged" in acked.stdout
+    again = cli("ack", str(alert["regression_id"]))
+    assert again.returncode == 2 and "cannot move an alert from acknowledged" in again.stderr
+    shown = json.loads(cli("show", str(alert["regression_id"]), "--json").stdout)
+    assert shown["assignee"] == "ana" and len(shown["change_point_list"]) == 20
+    assert [e["state"] for e in shown["events"]] == ["untriaged", "acknowledged"]
+
+    # The fix lands: every series goes back to its old level, and the alert closes itself.
+    _ingest(store_url, _history([1.0] * 15, seed=1, offset=35))
+    closing = _detect(store_url)
+    assert closing.closed == (alert["regression_id"],), closing
+    shown = json.loads(cli("show", str(alert["regression_id"]), "--json").stdout)
+    assert shown["state"] == "fixed" and shown["open"] is False
+
+
+def test_reset_baseline_closes_and_silences(store_url, regressions_cli):
+    cli = regressions_cli
+    _ingest(store_url, _history([1.0] * 20 + [1.10] * 15, series=4))
+    (regression_id,) = _detect(store_url).opened
+    reset = cli(
+        "reset-baseline",
+        "--repository",
+        REPO,
+        "--commit",
+        f"{20:040x}",
+        "--note",
+        "bigger tiles on purpose",
+    )
+    assert reset.returncode == 0, reset.stderr
+    assert f"#{regression_id}: untriaged -> wont_fix" in reset.stdout
+    assert _detect(store_url).opened == ()  # history before the reset no longer alerts
+    with psycopg.connect(store_url) as conn:
+        kinds = conn.execute("SELECT kind FROM annotations").fetchall()
+    assert ("baseline_reset",) in kinds
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("show", "999"), "no regression #999"),
+        (("resolve", "1", "--as", "done"), "not a closing state"),
+        (("list", "--state", "sleeping"), "unknown state 'sleeping'"),
+        (
+            ("reset-baseline", "--repository", REPO, "--commit", "abc", "--note", "x"),
+            "commit 'abc'",
+        ),
+    ],
+)
+def test_bad_triage_input_exits_2_with_one_line(regressions_cli, args, message):
+    result = regressions_cli(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,147 @@
+"""The stopping rule and the median statistic, driven by synthetic samplers and a fake clock."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from kernelwatch.harness.sampling import (
+    BUDGET,
+    CONVERGED,
+    TIMEOUT,
+    Sample,
+    StopRule,
+    ci_rank,
+    collect,
+    median_ci,
+    summarize,
+    warm_up,
+)
+
+
+class FakeClock:
+    """Wall time that advances only when a synthetic sample is taken."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sampler(clock: FakeClock, times_ns, throttled=lambda i: False):
+    """A sampler returning ``times_ns`` in turn; each sample advances the clock by its time."""
+    counter = itertools.count()
+    values = itertools.cycle(times_ns)
+
+    def sample() -> Sample:
+        i = next(counter)
+        ns = next(values)
+        clock.now += ns * 1e-9
+        bad = throttled(i)
+        return Sample(ns, 1980.0, 3200.0, 0x4 if bad else 0, bad)
+
+    return sample
+
+
+def test_ci_rank_matches_the_textbook_and_has_coverage():
+    # n=10: the 95% CI of the median is [x(2), x(9)] (1-based), coverage 97.9%.
+    assert ci_rank(10, 0.95) == 1
+    assert ci_rank(5, 0.95) == -1  # no pair of order statistics reaches 95%
+    for n in (6, 10, 37, 100, 1001):
+        lower = ci_rank(n, 0.95)
+        coverage = 1 - 2 * binom.cdf(lower, n, 0.5)
+        assert coverage >= 0.95
+        # and one rank tighter would fall short: the interval is the narrowest
+        assert 1 - 2 * binom.cdf(lower + 1, n, 0.5) < 0.95
+
+
+def test_median_ci_brackets_the_median_and_full_range_below_six():
+    values = [5.0, 1.0, 4.0, 2.0, 3.0, 9.0, 7.0, 8.0, 6.0, 10.0]
+    assert median_ci(values) == (2.0, 9.0)
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)
+
+
+def test_ci_coverage_holds_empirically_on_skewed_data():
+    rng = np.random.default_rng(1)
+    true_median = math.log(2)  # of Exp(1)
+    hits = 0
+    for _ in range(400):
+        low, high = median_ci(list(rng.exponential(size=41)))
+        hits += low <= true_median <= high
+    assert hits / 400 >= 0.93
+
+
+def test_converges_on_quiet_samples_after_minimums():
+    clock = FakeClock()
+    rule = StopRule(min_samples=10, min_time_s=0.001, target_rel_ci=0.005, budget_s=10)
+    quiet = [1_000_000.0 + d for d in (0, 1, -1, 2, -2)]
+    result = collect([sampler(clock, quiet)], rule, clock, pause=lambda s: None)
+    assert result.stop == CONVERGED
+    assert len(result.arms[0]) == 10  # the minimum, and no more
+    summary = summarize(result.arms[0], result.stop)
+    assert summary.n == 10 and summary.rel_ci_halfwidth <= 0.005
+
+
+def test_min_time_keeps_sampling_past_min_samples():
+    clock = FakeClock()
+    rule = StopRule(min_samples=10, min_time_s=0.1, budget_s=10)
+    result = collect([sampler(clock, [1_000_000.0])], rule, clock, pause=lambda s: None)
+    assert result.stop == CONVERGED
+    assert len(result.arms[0]) == 100  # 100 x 1 ms reaches 0.1 s
+
+
+def test_noisy_samples_stop_at_the_budget_with_every_raw_sample_kept():
+    clock = FakeClock()
+    rule = StopRule(min_samples=10, min_time_s=0.0, target_rel_ci=0.005, budget_s=0.05)
+    noisy = [1e6, 2e6, 3e6, 1.5e6, 2.5e6]
+    result = collect([sampler(clock, noisy)], rule, clock, pause=lambda s: None)
+    assert result.stop == BUDGET
+    assert len(result.arms[0]) == 25  # 0.05 s of 2 ms average samples
+    assert [s.ns for s in result.arms[0][:5]] == noisy
+
+
+def test_throttled_samples_are_kept_flagged_and_left_out():
+    clock = FakeClock()
+    pauses = []
+    rule = StopRule(min_samples=10, min_time_s=0.0, budget_s=10, throttle_pause_s=0.05)
+    # every third sample throttled, and much slower
+    times = [1e6, 1e6, 9e6]
+    result = collect(
+        [sampler(clock, times, throttled=lambda i: i % 3 == 2)], rule, clock, pauses.append
+    )
+    samples = result.arms[0]
+    assert result.stop == CONVERGED
+    assert sum(not s.throttled for s in samples) == 10
+    assert len(pauses) == sum(s.throttled for s in samples) > 0
+    summary = summarize(samples, result.stop)
+    assert summary.n == 10 and summary.median_ns == 1e6 and summary.p90_ns == 1e6
+
+
+def test_throttling_that_never_stops_ends_at_the_timeout():
+    clock = FakeClock()
+    rule = StopRule(min_samples=10, min_time_s=0.0, budget_s=0.01, timeout_s=0.05)
+    result = collect(
+        [sampler(clock, [1e6], throttled=lambda i: i % 10 != 0)], rule, clock, lambda s: None
+    )
+    assert result.stop == TIMEOUT
+    summary = summarize(result.arms[0], result.stop)
+    assert summary.n < 10 and summary.stop == TIMEOUT
+    everything_throttled = [Sample(1.0, throttle_reasons=0x8, throttled=True)]
+    assert summarize(everything_throttled, TIMEOUT) is None
+
+
+def test_warm_up_runs_by_time():
+    clock = FakeClock()
+    calls = warm_up(sampler(clock, [1e6]), seconds=0.01, clock=clock)
+    assert calls == 10
+    assert warm_up(sampler(clock, [1e6]), seconds=0.0, clock=clock) == 1
+
+
+def test_collect_refuses_no_arms():
+    with pytest.raises(ValueError, match="at least one arm"):
+        collect([], StopRule())

@@ -1,0 +1,97 @@
+"""The static regression rules, as pure functions over build records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kernelwatch.analysis.static_diff import compare, diff_builds, resident_blocks
+from kernelwatch.harness.archs import ARCHS
+from kernelwatch.harness.records import BuildMetrics, LaunchConfig
+
+BASE = BuildMetrics(
+    suite="builtin",
+    kernel="gemm",
+    function="gemm_kernel",
+    language="triton",
+    arch="sm_90a",
+    config=LaunchConfig({"BLOCK_M": 128, "BLOCK_N": 128}, 8, 3),
+    status="ok",
+    registers=120,
+    spill_store_bytes=0,
+    spill_load_bytes=0,
+    shared_static_bytes=1024,
+    shared_dynamic_bytes=98304,
+    num_warps=8,
+    num_stages=3,
+    tensor_core="HGMMA",
+    global_load_bits=128,
+    instructions=1000,
+    dtype="fp16",
+    workload="llm",
+    case="m=16 n=4096 k=4096",
+)
+
+
+def rules(after: BuildMetrics, before: BuildMetrics = BASE) -> dict[str, tuple[str, str]]:
+    return {f.rule: (f.before, f.after) for f in compare(before, after)}
+
+
+def test_unchanged_build_has_no_findings():
+    assert compare(BASE, replace(BASE, cubin_sha256="other", instructions=1100)) == []
+
+
+def test_new_spills():
+    found = rules(replace(BASE, spill_store_bytes=7060, spill_load_bytes=10260))
+    assert found["spills"] == ("0 B stores / 0 B loads", "7060 B stores / 10260 B loads")
+
+
+def test_tensor_core_downgrade_but_not_upgrade():
+    assert rules(replace(BASE, tensor_core="HMMA"))["tensor_core"] == ("HGMMA", "HMMA")
+    assert rules(replace(BASE, tensor_core="none"))["tensor_core"] == ("HGMMA", "none")
+    assert "tensor_core" not in rules(replace(BASE, tensor_core="tcgen05"))
+
+
+def test_occupancy_cliff():
+    sm90 = ARCHS["sm_90a"]
+    # 8 warps: 128 registers fit two blocks in 64K registers, 136 only one.
+    assert resident_blocks(128, 8, sm90) == 2
+    assert resident_blocks(136, 8, sm90) == 1
+    assert resident_blocks(16, 1, sm90) == 32  # the block limit
+    assert rules(replace(BASE, registers=136))["occupancy"] == ("120 regs", "136 regs")
+    assert "occupancy" not in rules(replace(BASE, registers=127))
+
+
+def test_shared_memory_over_the_limit():
+    found = rules(replace(BASE, shared_dynamic_bytes=240 * 1024))
+    assert found["shared_memory"] == ("99328 B", f"{1024 + 240 * 1024} B")
+    over = replace(BASE, shared_dynamic_bytes=240 * 1024)
+    assert "shared_memory" not in rules(replace(over, shared_dynamic_bytes=250 * 1024), over)
+
+
+def test_instruction_growth_threshold():
+    assert rules(replace(BASE, instructions=1101))["instructions"] == ("1000", "1101")
+    assert compare(BASE, replace(BASE, instructions=1300), max_instruction_growth=0.5) == []
+
+
+def test_narrower_loads():
+    assert rules(replace(BASE, global_load_bits=32))["load_width"] == ("128-bit", "32-bit")
+
+
+def test_no_longer_compiles_matched_and_unrecorded():
+    broken = replace(BASE, status="error", reason="does not compile for sm_90a: boom")
+    findings = diff_builds([BASE], [broken])
+    assert [(f.rule, f.kernel, f.arch, f.config, f.before, f.after) for f in findings] == [
+        ("no_longer_compiles", "gemm", "sm_90a", "BLOCK_M=128,BLOCK_N=128,w8,s3", "ok", "error")
+    ]
+    # Launches that could not be recorded at all: the kernel-level error stands in.
+    unrecorded = BuildMetrics("builtin", "gemm", "", "triton", "sm_90a", None, "error", "meta")
+    assert [f.rule for f in diff_builds([BASE], [unrecorded])] == ["no_longer_compiles"]
+
+
+def test_removed_or_new_builds_are_not_regressions():
+    other = replace(BASE, kernel="softmax")
+    assert diff_builds([BASE], [other]) == []
+    assert diff_builds([], [BASE]) == []
+    # A build that already failed at the base cannot regress.
+    failed = replace(BASE, status="error")
+    assert diff_builds([failed], [failed]) == []

@@ -1,0 +1,78 @@
+"""Timer backends: the CPU timer end to end, and the pure decisions the CUDA timer rests on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kernelwatch.harness.timing import (
+    DEFAULT_FLUSH_BYTES,
+    MAX_BACKLOG_NS,
+    MAX_GRAPH_LAUNCHES,
+    MIN_BACKLOG_NS,
+    CpuTimer,
+    flush_bytes,
+    graph_launches,
+    make_timer,
+    next_backlog_ns,
+    resolve_method,
+)
+
+
+def test_cpu_timer_measures_the_call():
+    sample = CpuTimer().bind(lambda: time.sleep(0.002))
+    ns = sample()
+    assert 2e6 <= ns < 5e7
+    assert CpuTimer.method.label() == "cpu-perf-counter/warm/h1"
+
+
+def test_flush_is_twice_the_l2_or_a_safe_default():
+    assert flush_bytes(50 * 2**20) == 100 * 2**20
+    assert flush_bytes(None) == DEFAULT_FLUSH_BYTES >= 2 * 126_000_000
+
+
+def test_backlog_grows_to_twice_the_host_enqueue_and_is_bounded():
+    assert next_backlog_ns(MIN_BACKLOG_NS, 1_000.0) == MIN_BACKLOG_NS
+    assert next_backlog_ns(MIN_BACKLOG_NS, 40_000.0) == 80_000.0
+    assert next_backlog_ns(80_000.0, 10_000.0) == 80_000.0  # never shrinks
+    assert next_backlog_ns(80_000.0, 1e9) == MAX_BACKLOG_NS
+
+
+def test_graph_holds_enough_launches_to_dwarf_event_resolution():
+    assert graph_launches(2_000.0) == 50  # 2 us kernels: 50 launches make 100 us
+    assert graph_launches(500_000.0) == 1
+    assert graph_launches(1.0) == MAX_GRAPH_LAUNCHES
+    assert graph_launches(0.0) == MAX_GRAPH_LAUNCHES
+
+
+@pytest.mark.parametrize(
+    ("kind", "timer", "l2", "expected"),
+    [
+        ("cuda", "auto", None, ("cuda-events", "cold")),
+        ("cuda", "cuda-events", "warm", ("cuda-events", "warm")),
+        ("cuda", "cuda-graph", None, ("cuda-graph", "warm")),
+        ("cpu", "auto", None, ("cpu-perf-counter", "warm")),
+    ],
+)
+def test_method_resolution(kind, timer, l2, expected):
+    assert resolve_method(kind, timer, l2) == expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "timer", "l2", "message"),
+    [
+        ("cpu", "cuda-events", None, "needs a CUDA GPU"),
+        ("cuda", "cuda-graph", "cold", "cannot flush L2"),
+        ("cuda", "cpu-perf-counter", None, "asynchronous"),
+        ("cuda", "nvbench", None, "unknown timer"),
+        ("cpu", "auto", "lukewarm", "unknown L2 state"),
+    ],
+)
+def test_impossible_methods_are_refused_with_what_to_do(kind, timer, l2, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_method(kind, timer, l2)
+
+
+def test_make_timer_on_the_cpu():
+    assert isinstance(make_timer("cpu", "auto", None, None), CpuTimer)
