@@ -125,7 +125,7 @@ def confirm_shift(before: np.ndarray, after: np.ndarray, floors: Floors) -> Conf
     test, and only its smoothness tells it from a step.
     """
     before, after = trim_slow_tail(before), trim_slow_tail(after)
-    shift = float(np.median(after) - np.median(before))
+    shift = _quantile(np.sort(after), 0.5) - _quantile(np.sort(before), 0.5)
     # A linear trend moves the medians of two runs of points apart by its slope times the
     # distance between their centres.
     step = shift - drift_slope(before, after) * (before.size + after.size) / 2.0
@@ -152,11 +152,21 @@ def trim_slow_tail(values: np.ndarray, k: float = TRIM_K) -> np.ndarray:
     """
     if values.size < 4:
         return values
-    median = float(np.median(values))
-    spread = median - float(np.quantile(values, 0.1587))
+    ordered = np.sort(values)
+    median = _quantile(ordered, 0.5)
+    spread = median - _quantile(ordered, 0.1587)
     if spread <= 0:
         return values
     return values[values <= median + k * spread]
+
+
+def _quantile(ordered: np.ndarray, q: float) -> float:
+    # np.quantile's default (linear) on an already sorted array: the detector calls this
+    # thousands of times on a few dozen points, where np.median's overhead dominates.
+    position = q * (ordered.size - 1)
+    lo = int(position)
+    hi = min(lo + 1, ordered.size - 1)
+    return float(ordered[lo] + (ordered[hi] - ordered[lo]) * (position - lo))
 
 
 def drift_slope(before: np.ndarray, after: np.ndarray) -> float:

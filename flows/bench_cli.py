@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelwatch.flows.app import app
-from kernelwatch.flows.console import fail, progress, stderr
+from kernelwatch.flows.console import fail, progress, stderr, stream_records
 from kernelwatch.harness.options import BenchOptions
 from kernelwatch.harness.pinning import PinFileError, load_pins, pins_from_records, pins_to_json
 from kernelwatch.harness.records import Measurement
@@ -110,20 +110,12 @@ def bench(
         case_timeout_s=timeout,
         options=options,
     )
-    records: list[Measurement] = []
     try:
-        with progress() as bar_ui:
-            bar = bar_ui.add_task("timing", total=None)
-
-            def on_plan(cases: int) -> None:
-                bar_ui.update(bar, total=cases)
-
-            for record in run_benches(request, on_plan=on_plan, on_carry=_show_ceilings):
-                records.append(record)
-                bar_ui.update(bar, advance=1, description=record.case.kernel)
-                if json_lines:
-                    sys.stdout.write(record.dumps() + "\n")
-                    sys.stdout.flush()
+        records = stream_records(
+            "timing",
+            lambda on_plan: run_benches(request, on_plan=on_plan, on_carry=_show_ceilings),
+            json_lines,
+        )
     except (SelectionUnavailable, SuiteError) as exc:
         fail(str(exc), code=2)
     if not json_lines:

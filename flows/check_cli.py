@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelwatch.flows.app import app
-from kernelwatch.flows.console import fail, progress, stderr
+from kernelwatch.flows.console import fail, stderr, stream_records
 from kernelwatch.harness.records import CorrectnessResult
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
@@ -62,20 +62,10 @@ def check(
         seed=seed,
         case_timeout_s=timeout,
     )
-    results: list[CorrectnessResult] = []
     try:
-        with progress() as bar_ui:
-            bar = bar_ui.add_task("checking", total=None)
-
-            def on_plan(cases: int) -> None:
-                bar_ui.update(bar, total=cases)
-
-            for result in run_checks(request, on_plan=on_plan):
-                results.append(result)
-                bar_ui.update(bar, advance=1, description=f"{result.case.kernel}")
-                if json_lines:
-                    sys.stdout.write(result.dumps() + "\n")
-                    sys.stdout.flush()
+        results = stream_records(
+            "checking", lambda on_plan: run_checks(request, on_plan=on_plan), json_lines
+        )
     except (SelectionUnavailable, SuiteError) as exc:
         fail(str(exc), code=2)
     if not json_lines:

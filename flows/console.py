@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
+import sys
+from collections.abc import Callable, Iterable
+from typing import NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kernelwatch.harness.records import CorrectnessResult, Measurement
+
 stderr = Console(stderr=True)
+
+_R = TypeVar("_R", CorrectnessResult, Measurement)
 
 
 def progress() -> Progress:
@@ -28,3 +34,21 @@ def fail(message: str, code: int) -> NoReturn:
     """Print ``error: MESSAGE`` on one line and exit with ``code``."""
     stderr.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def stream_records(
+    label: str, run: Callable[[Callable[[int], None]], Iterable[_R]], json_lines: bool
+) -> list[_R]:
+    """Drive ``run`` (given a callback that receives the case count once planned) under a
+    progress bar, one step per record; with ``json_lines`` each record is printed on stdout
+    as it arrives, so a crash later loses none of the earlier ones."""
+    records: list[_R] = []
+    with progress() as bar_ui:
+        bar = bar_ui.add_task(label, total=None)
+        for record in run(lambda cases: bar_ui.update(bar, total=cases)):
+            records.append(record)
+            bar_ui.update(bar, advance=1, description=record.case.kernel)
+            if json_lines:
+                sys.stdout.write(record.dumps() + "\n")
+                sys.stdout.flush()
+    return records

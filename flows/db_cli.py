@@ -10,9 +10,9 @@ import psycopg
 import typer
 
 from kernelwatch.flows.console import fail, progress, stderr
+from kernelwatch.flows.storeconn import store_config, store_target
 from kernelwatch.store import migrate
-from kernelwatch.store.config import ConfigError, StoreConfig, load_config
-from kernelwatch.store.connect import StoreUnavailable, Target, redacted, resolve
+from kernelwatch.store.connect import redacted
 from kernelwatch.store.embedded import EmbeddedServer
 from kernelwatch.store.spool import pending, replay
 
@@ -22,14 +22,14 @@ db_app = typer.Typer(no_args_is_help=True, help="The results store: server, sche
 @db_app.command()
 def url() -> None:
     """Print the database URL (starting the embedded server if that is the one in use)."""
-    typer.echo(_target().url)
+    typer.echo(store_target().url)
 
 
 @db_app.command()
 def status() -> None:
     """Report the server, the schema revision and the spooled runs waiting for replay."""
-    config = _config()
-    target = _target(config)
+    config = store_config()
+    target = store_target(config)
     if target.embedded is not None and target.state is not None:
         how = "started now" if target.state.started else "already running"
         typer.echo(f"server: embedded PostgreSQL {target.state.version}, {how} "
@@ -49,7 +49,7 @@ def status() -> None:
 @db_app.command()
 def upgrade() -> None:
     """Migrate the database's schema to this kernelwatch's revision."""
-    target = _target()
+    target = store_target()
     before = _revision(target.url)
     migrate.upgrade(target.url)
     typer.echo(f"schema: {before or 'none'} -> {_revision(target.url)}")
@@ -58,7 +58,7 @@ def upgrade() -> None:
 @db_app.command(name="replay")
 def replay_command() -> None:
     """Load the runs spooled while the database was unreachable. Exit 1 if any is left."""
-    config = _config()
+    config = store_config()
     with progress() as bar_ui:
         bar_ui.add_task("replaying spooled runs", total=None)
         report = replay(config)
@@ -75,25 +75,11 @@ def replay_command() -> None:
 @db_app.command()
 def stop() -> None:
     """Stop the embedded server (nothing to do when a database URL is configured)."""
-    config = _config()
+    config = store_config()
     if config.url:
         fail("a database URL is configured; kernelwatch only stops its embedded server", code=2)
     was_running = EmbeddedServer(config.pg_dir).stop()
     typer.echo("server: stopped" if was_running else "server: was not running")
-
-
-def _config() -> StoreConfig:
-    try:
-        return load_config()
-    except ConfigError as exc:
-        fail(str(exc), code=2)
-
-
-def _target(config: StoreConfig | None = None) -> Target:
-    try:
-        return resolve(config or _config())
-    except StoreUnavailable as exc:
-        fail(str(exc), code=1)
 
 
 def _revision(url: str) -> str | None:

@@ -9,11 +9,8 @@ stderr tail and a fresh child resumes the rest of that worker's share.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -22,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernelwatch.harness.archs import DEFAULT_ARCHS
+from kernelwatch.harness.child import death, decode, kill, spawn, tail, wait
 from kernelwatch.harness.records import BuildMetrics
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.harness.supervise import _death, _decode, _kill, _line_queue, _tail, _wait
 
 #: The workload whose shapes decide the specialisation (a spec without it uses its first).
 DEFAULT_WORKLOAD = "llm"
@@ -142,18 +139,9 @@ def _run_child(
 ) -> bool:
     """One child process; True when it died in a build and a fresh one should resume."""
     with tempfile.TemporaryFile(mode="w+b") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelwatch.harness.build_runner"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            start_new_session=True,  # so a timeout kills ptxas and nvcc too
+        proc, lines = spawn(
+            "kernelwatch.harness.build_runner", request.plan(worker, done), stderr, env
         )
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(request.plan(worker, done)).encode())
-        proc.stdin.close()
-        lines = _line_queue(proc.stdout)
         current: tuple[int, dict[str, Any]] | None = None
         deadline = time.monotonic() + request.startup_timeout_s
         try:
@@ -161,25 +149,25 @@ def _run_child(
                 try:
                     line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
-                    _kill(proc)
+                    kill(proc)
                     if current is None:
                         events.put(("fatal", _stalled(request, stderr)))
                         return False
                     reason = f"the compiler timed out after {request.task_timeout_s:.0f} s"
-                    _fail(current, reason, _tail(stderr), done, events)
+                    _fail(current, reason, tail(stderr), done, events)
                     return True
-                event = _decode(line) if line is not None else None
+                event = decode(line) if line is not None else None
                 if event is None:
                     if line is not None:
-                        _kill(proc)
-                    code = _wait(proc)
+                        kill(proc)
+                    code = wait(proc)
                     if current is not None:
-                        reason = f"the build process {_death(code)} while compiling"
-                        _fail(current, reason, _tail(stderr), done, events)
+                        reason = f"the build process {death(code)} while compiling"
+                        _fail(current, reason, tail(stderr), done, events)
                         return True
                     if code != 0:
-                        last = (_tail(stderr).splitlines() or ["(empty)"])[-1]
-                        events.put(("fatal", f"the build runner {_death(code)}: {last}"))
+                        last = (tail(stderr).splitlines() or ["(empty)"])[-1]
+                        events.put(("fatal", f"the build runner {death(code)}: {last}"))
                     return False
                 kind = event.get("event")
                 if kind == "fatal":
@@ -196,7 +184,7 @@ def _run_child(
                     current = None
                 deadline = time.monotonic() + request.task_timeout_s
         finally:
-            _kill(proc)
+            kill(proc)
 
 
 def _fail(
@@ -213,7 +201,7 @@ def _fail(
 
 
 def _stalled(request: BuildRequest, stderr: Any) -> str:
-    last = (_tail(stderr).splitlines() or ["(no output)"])[-1]
+    last = (tail(stderr).splitlines() or ["(no output)"])[-1]
     return (
         f"the build runner produced nothing for {request.startup_timeout_s:.0f} s while "
         f"loading the suite and recording its launches; last output: {last}"

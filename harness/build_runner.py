@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from kernelwatch.harness.records import BuildMetrics
-from kernelwatch.harness.runner import EXIT_FATAL, _private_stdout
+from kernelwatch.harness.runner import EXIT_FATAL, private_stdout
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteLoadError, SuiteRef, load_suite
 
 
 def main() -> int:
     """Plan, then build this worker's share; see the module docstring for the protocol."""
-    protocol = _private_stdout()
+    protocol = private_stdout()
     faulthandler.enable()
     plan = json.load(sys.stdin)
 

@@ -12,7 +12,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from types import UnionType
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    ClassVar,
+    Literal,
+    Self,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 SCHEMA_VERSION = 1
 
@@ -95,8 +105,25 @@ class CaseId:
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+class JsonRecord:
+    """The versioned JSON form every top-level record shares: ``to_json``/``dumps`` write it,
+    ``from_json`` reads it back and refuses another kind or schema version."""
+
+    KIND: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return _encode(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return _decode_record(cls, data, cls.KIND)
+
+
 @dataclass(frozen=True)
-class CorrectnessResult:
+class CorrectnessResult(JsonRecord):
     """The verdict for one case, with the evidence behind it.
 
     ``reason`` is empty on a pass and otherwise one line saying what was wrong;
@@ -118,18 +145,13 @@ class CorrectnessResult:
     config: LaunchConfig | None = None
     duration_s: float = 0.0
     detail: str = ""
+    KIND: ClassVar[str] = "correctness"
     kind: str = field(default="correctness", init=False)
     schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
-    def to_json(self) -> dict[str, Any]:
-        return _encode(self)
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CorrectnessResult:
-        record = _decode_record(cls, data, "correctness")
+        record = super().from_json(data)
         if record.verdict not in VERDICTS:
             raise RecordError(f"unknown verdict {record.verdict!r}")
         return record
@@ -203,7 +225,7 @@ class SpeedOfLight:
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(JsonRecord):
     """The timing of one case: every raw sample, the statistic, telemetry, speed-of-light and
     the stock-library baseline timed in the same run.
 
@@ -238,22 +260,13 @@ class Measurement:
     baseline_samples_ns: tuple[float, ...] = ()
     baseline_throttled: tuple[bool, ...] = ()
     config_source: str | None = None
+    KIND: ClassVar[str] = "measurement"
     kind: str = field(default="measurement", init=False)
     schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
-    def to_json(self) -> dict[str, Any]:
-        return _encode(self)
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Measurement:
-        return _decode_record(cls, data, "measurement")
-
 
 @dataclass(frozen=True)
-class BuildMetrics:
+class BuildMetrics(JsonRecord):
     """Static metrics of one compiled kernel: one function x config x target architecture.
 
     ``status`` is ``ok`` or ``error`` (``reason`` one line, ``detail`` the compiler output).
@@ -297,18 +310,9 @@ class BuildMetrics:
     dtype: str = ""
     workload: str = ""
     case: str = ""
+    KIND: ClassVar[str] = "build"
     kind: str = field(default="build", init=False)
     schema_version: int = field(default=SCHEMA_VERSION, init=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return _encode(self)
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BuildMetrics:
-        return _decode_record(cls, data, "build")
 
 
 @dataclass(frozen=True)
@@ -326,7 +330,7 @@ TRIGGERS = ("nightly", "pr", "bisect", "manual")
 
 
 @dataclass(frozen=True)
-class RunInfo:
+class RunInfo(JsonRecord):
     """The header of one run: one commit (and, for a PR, its base) on one device.
 
     ``run_id`` is a UUID the producer picks before measuring anything, so ingest is
@@ -347,29 +351,21 @@ class RunInfo:
     base_commit: str | None = None
     pool: str | None = None
     orchestration_id: str | None = None
+    KIND: ClassVar[str] = "run"
     kind: str = field(default="run", init=False)
     schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
-    def to_json(self) -> dict[str, Any]:
-        return _encode(self)
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunInfo:
-        record = _decode_record(cls, data, "run")
+        record = super().from_json(data)
         if record.trigger not in TRIGGERS:
             raise RecordError(f"unknown trigger {record.trigger!r}; expected one of {TRIGGERS}")
         return record
 
 
 Record = CorrectnessResult | Measurement | BuildMetrics | RunInfo
-_KINDS: dict[str, type] = {
-    "correctness": CorrectnessResult,
-    "measurement": Measurement,
-    "build": BuildMetrics,
-    "run": RunInfo,
+_KINDS: dict[str, type[JsonRecord]] = {
+    cls.KIND: cls for cls in (CorrectnessResult, Measurement, BuildMetrics, RunInfo)
 }
 
 

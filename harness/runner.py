@@ -44,7 +44,7 @@ EXIT_FATAL = 3
 
 def main() -> int:
     """Run the plan read from stdin; see the module docstring for the protocol."""
-    protocol = _private_stdout()
+    protocol = private_stdout()
     faulthandler.enable()  # a segfault leaves a Python traceback in the stderr tail
     plan = json.load(sys.stdin)
     mode = plan.get("mode", "check")
@@ -146,7 +146,7 @@ def _case_runner(
     return bench, asdict(session.method)
 
 
-def _private_stdout() -> IO[str]:
+def private_stdout() -> IO[str]:
     """Keep fd 1 for the protocol and send anything kernel code prints to stderr instead."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

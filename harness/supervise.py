@@ -8,20 +8,15 @@ next case. Nothing already reported is lost, and no kernel code runs in this pro
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import queue
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
+from kernelwatch.harness.child import death, decode, kill, spawn, tail, wait
 from kernelwatch.harness.options import BenchOptions
 from kernelwatch.harness.records import (
     CaseId,
@@ -34,7 +29,7 @@ from kernelwatch.harness.records import (
 )
 from kernelwatch.harness.suite import SuiteRef, Task
 
-STDERR_TAIL = 2000
+RUNNER = "kernelwatch.harness.runner"
 
 
 class SuiteError(RuntimeError):
@@ -139,7 +134,9 @@ def _run_child(
 ) -> Iterator[CorrectnessResult | Measurement]:
     """One child process; returns the index to resume at, or None when all cases are done."""
     with tempfile.TemporaryFile(mode="w+b") as stderr:
-        proc, lines = _spawn({**request.plan(start), "carry": ctx.carry}, stderr)
+        proc, lines = spawn(
+            "kernelwatch.harness.runner", {**request.plan(start), "carry": ctx.carry}, stderr
+        )
         current: int | None = None
         next_index = start
         deadline = time.monotonic() + request.startup_timeout_s
@@ -148,7 +145,7 @@ def _run_child(
                 try:
                     line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
-                    _kill(proc)
+                    kill(proc)
                     if not ctx.planned:
                         raise SuiteError(
                             f"the runner produced nothing for {request.startup_timeout_s:.0f} s "
@@ -157,19 +154,19 @@ def _run_child(
                     # Stuck inside a case, or between two: either way the next case pays.
                     stuck = current if current is not None else next_index
                     reason = f"timed out after {request.case_timeout_s:.0f} s (hung?)"
-                    yield _failure(ctx, stuck, reason, request.seed, _tail(stderr))
+                    yield _failure(ctx, stuck, reason, request.seed, tail(stderr))
                     return stuck + 1
-                event = _decode(line) if line is not None else None
+                event = decode(line) if line is not None else None
                 if event is None:  # end of output, or a line cut short by a dying child
                     if line is not None:
-                        _kill(proc)
-                    code = _wait(proc)
+                        kill(proc)
+                    code = wait(proc)
                     if current is not None:
-                        yield _failure(ctx, current, _death(code), request.seed, _tail(stderr))
+                        yield _failure(ctx, current, death(code), request.seed, tail(stderr))
                         return current + 1
                     if not ctx.planned or (code != 0 and next_index == start):
-                        last = (_tail(stderr).splitlines() or ["(empty)"])[-1]
-                        raise SuiteError(f"the runner {_death(code)} before running a case: {last}")
+                        last = (tail(stderr).splitlines() or ["(empty)"])[-1]
+                        raise SuiteError(f"the runner {death(code)} before running a case: {last}")
                     return next_index if code != 0 else None
                 kind = event.get("event")
                 if kind == "fatal":
@@ -194,24 +191,7 @@ def _run_child(
                     current = None
                     deadline = time.monotonic() + request.case_timeout_s
         finally:
-            _kill(proc)
-
-
-def _spawn(
-    plan: dict[str, Any], stderr: IO[bytes]
-) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes | None]]:
-    """Start a runner child on ``plan``; its stdout lines arrive on the returned queue."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kernelwatch.harness.runner"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        start_new_session=True,  # so a timeout kills everything the kernel spawned
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(plan).encode())
-    proc.stdin.close()
-    return proc, _line_queue(proc.stdout)
+            kill(proc)
 
 
 @dataclass(frozen=True)
@@ -242,7 +222,7 @@ def run_selfcheck(request: SelfcheckRequest, on_progress: Callable[[str], None])
     :class:`SuiteError` when the suite cannot load or the child dies or overruns.
     """
     with tempfile.TemporaryFile(mode="w+b") as stderr:
-        proc, lines = _spawn(request.plan(), stderr)
+        proc, lines = spawn(RUNNER, request.plan(), stderr)
         deadline = time.monotonic() + request.timeout_s
         try:
             while True:
@@ -253,11 +233,11 @@ def run_selfcheck(request: SelfcheckRequest, on_progress: Callable[[str], None])
                         f"the self-check did not finish within {request.timeout_s:.0f} s; "
                         "pass a larger --timeout or fewer --kernel"
                     ) from None
-                event = _decode(line) if line is not None else None
+                event = decode(line) if line is not None else None
                 if event is None:
-                    code = _wait(proc) if line is None else -signal.SIGKILL
-                    last = (_tail(stderr).splitlines() or ["(empty)"])[-1]
-                    raise SuiteError(f"the self-check runner {_death(code)}: {last}")
+                    code = wait(proc) if line is None else -signal.SIGKILL
+                    last = (tail(stderr).splitlines() or ["(empty)"])[-1]
+                    raise SuiteError(f"the self-check runner {death(code)}: {last}")
                 if event.get("event") == "progress":
                     on_progress(event["message"])
                 elif event.get("event") == "report":
@@ -266,7 +246,7 @@ def run_selfcheck(request: SelfcheckRequest, on_progress: Callable[[str], None])
                     error = SelectionUnavailable if event["kind"] == "selection" else SuiteError
                     raise error(event["message"])
         finally:
-            _kill(proc)
+            kill(proc)
 
 
 def _take_plan(ctx: _Context, event: dict[str, Any]) -> None:
@@ -292,57 +272,3 @@ def _failure(
     return CorrectnessResult(
         verdict="error", tolerance=task.tolerance, seed=seed, detail=stderr_tail, **common
     )
-
-
-def _death(code: int) -> str:
-    if code < 0:
-        try:
-            return f"died of signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"died of signal {-code}"
-    return f"exited with code {code}"
-
-
-def _decode(line: bytes) -> dict[str, Any] | None:
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-def _line_queue(stream: IO[bytes]) -> queue.Queue[bytes | None]:
-    """Lines from ``stream`` on a queue, ``None`` at EOF, so reads can time out."""
-    lines: queue.Queue[bytes | None] = queue.Queue()
-
-    def pump() -> None:
-        for line in iter(stream.readline, b""):
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return lines
-
-
-def _wait(proc: subprocess.Popen[bytes]) -> int:
-    """The exit code of a child that closed its output; killed if it lingers."""
-    try:
-        return proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        return proc.wait()
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def _tail(stderr: IO[bytes]) -> str:
-    stderr.flush()
-    stderr.seek(0, os.SEEK_END)
-    size = stderr.tell()
-    stderr.seek(max(0, size - STDERR_TAIL))
-    return stderr.read().decode(errors="replace").strip()

@@ -125,3 +125,13 @@ def test_incremental_refuses_mixing_clocked_and_unclocked_points():
     history, _ = append(History(), [1.0] * 5, [1980.0] * 5)
     with pytest.raises(ValueError, match="clock_mhz"):
         append(history, [1.0])
+
+
+def test_sorted_quantile_matches_numpy():
+    from kernelwatch.analysis.confirm import _quantile
+
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 5, 30, 61):
+        values = rng.lognormal(size=size)
+        for q in (0.0, 0.1587, 0.5, 1.0):
+            assert _quantile(np.sort(values), q) == pytest.approx(np.quantile(values, q))

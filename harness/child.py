@@ -1,0 +1,96 @@
+"""A child process that speaks JSON lines: start it on a plan, read its events with a
+timeout, and when it dies or hangs, say how and keep the tail of what it wrote on stderr.
+The correctness/timing runner and the build runner both run this way."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+#: Bytes of a dead child's stderr kept in its records.
+STDERR_TAIL = 2000
+
+
+def spawn(
+    module: str, plan: dict[str, Any], stderr: IO[bytes], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes | None]]:
+    """Start ``python -m module`` on ``plan`` (JSON on its stdin); its stdout lines arrive on
+    the returned queue. The child leads its own process group, so ``kill`` also ends
+    whatever it started (a compiler, a kernel's helper processes)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(plan).encode())
+    proc.stdin.close()
+    return proc, line_queue(proc.stdout)
+
+
+def death(code: int) -> str:
+    """How a child ended, from its exit code: a signal's name, or the code."""
+    if code < 0:
+        try:
+            return f"died of signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died of signal {-code}"
+    return f"exited with code {code}"
+
+
+def decode(line: bytes) -> dict[str, Any] | None:
+    """One event line as a JSON object, or None for anything else the child printed."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def line_queue(stream: IO[bytes]) -> queue.Queue[bytes | None]:
+    """Lines from ``stream`` on a queue, ``None`` at EOF, so reads can time out."""
+    lines: queue.Queue[bytes | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in iter(stream.readline, b""):
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def wait(proc: subprocess.Popen[bytes]) -> int:
+    """The exit code of a child that closed its output; killed if it lingers."""
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        kill(proc)
+        return proc.wait()
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a child and its process group, and reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def tail(stderr: IO[bytes]) -> str:
+    """The last ``STDERR_TAIL`` bytes a child wrote to ``stderr`` (a temporary file)."""
+    stderr.flush()
+    stderr.seek(0, os.SEEK_END)
+    size = stderr.tell()
+    stderr.seek(max(0, size - STDERR_TAIL))
+    return stderr.read().decode(errors="replace").strip()
