@@ -135,3 +135,13 @@ def test_sorted_quantile_matches_numpy():
         values = rng.lognormal(size=size)
         for q in (0.0, 0.1587, 0.5, 1.0):
             assert _quantile(np.sort(values), q) == pytest.approx(np.quantile(values, q))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_regression_fixed_15_points_later_is_two_changes(seed):
+    rng = np.random.default_rng(seed)
+    level = np.r_[np.ones(20), np.full(15, 1.08), np.ones(15)]
+    y = level * np.exp(rng.normal(0.0, 0.003, level.size))
+    found = detect(y).change_points
+    assert [cp.direction for cp in found] == ["regression", "improvement"]
+    assert abs(found[0].index - 20) <= 2 and abs(found[1].index - 35) <= 2
