@@ -67,7 +67,7 @@ class Plan:
 
     found: tuple[Found, ...]
     alerts: tuple[Draft, ...]
-    closes: tuple[tuple[int, Triage, Triage], ...]
+    closes: tuple[tuple[int, Triage], ...]
     too_short: int
 
 
@@ -128,14 +128,14 @@ def detect_and_alert(
             open_regression(cur, repo_id, _regression(draft, ids), ACTOR)
             for draft in decided.alerts
         ]
-        for regression_id, _, after in decided.closes:
+        for regression_id, after in decided.closes:
             write_move(cur, regression_id, after, ACTOR, after.notes[-1])
     return PassReport(
         series=len(histories),
         too_short=decided.too_short,
         change_points=len(decided.found),
         opened=tuple(opened),
-        closed=tuple(r for r, _, _ in decided.closes),
+        closed=tuple(r for r, _ in decided.closes),
     )
 
 
@@ -222,7 +222,7 @@ def _regression(draft: Draft, ids: Sequence[int]) -> NewRegression:
 def _recovered(
     members: Sequence[OpenMember],
     detections: dict[int, tuple[StoredSeries, tuple[ChangePoint, ...]]],
-) -> tuple[tuple[int, Triage, Triage], ...]:
+) -> tuple[tuple[int, Triage], ...]:
     """Open regressions every series of which came back to its level before the change."""
     by_regression: dict[int, list[OpenMember]] = {}
     for m in members:
@@ -231,9 +231,8 @@ def _recovered(
     for regression_id, group_members in by_regression.items():
         points = [_recovery_point(m, detections) for m in group_members]
         if all(p is not None for p in points):
-            triage = group_members[0].triage
-            after = auto_close(triage, max(p for p in points if p is not None))
-            closes.append((regression_id, triage, after))
+            at = max(p for p in points if p is not None)
+            closes.append((regression_id, auto_close(group_members[0].triage, at)))
     return tuple(closes)
 
 
