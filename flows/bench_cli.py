@@ -18,6 +18,13 @@ from rich.table import Table
 
 from kernelwatch.flows.app import app
 from kernelwatch.flows.console import fail, progress, stderr, stream_records
+from kernelwatch.flows.options import (
+    KernelOption,
+    RepoOption,
+    SeedOption,
+    SuiteOption,
+    TimeoutOption,
+)
 from kernelwatch.harness.options import BenchOptions
 from kernelwatch.harness.pinning import PinFileError, load_pins, pins_from_records, pins_to_json
 from kernelwatch.harness.records import Measurement
@@ -33,14 +40,6 @@ from kernelwatch.harness.supervise import (
 
 _STATUS_STYLE = {"ok": "green", "error": "bold red", "unsupported": "yellow"}
 
-KernelOption = Annotated[
-    list[str] | None, typer.Option("--kernel", "-k", help="Kernel to time (repeatable).")
-]
-SuiteOption = Annotated[str, typer.Option(help="Suite module name or path to a suite .py file.")]
-RepoOption = Annotated[
-    Path | None, typer.Option(help="Repository checkout the suite imports its kernels from.")
-]
-
 
 @app.command()
 def bench(
@@ -51,7 +50,7 @@ def bench(
     ] = None,
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
-    seed: Annotated[int, typer.Option(help="Seed for the random inputs.")] = 0,
+    seed: SeedOption = 0,
     timer: Annotated[
         str, typer.Option(help="auto, cuda-events, cuda-graph or cpu-perf-counter.")
     ] = "auto",
@@ -76,9 +75,7 @@ def bench(
     no_baseline: Annotated[
         bool, typer.Option("--no-baseline", help="Skip timing the stock-library baseline.")
     ] = False,
-    timeout: Annotated[
-        float, typer.Option(help="Seconds one case may run before it counts as hung.")
-    ] = 300.0,
+    timeout: TimeoutOption = 300.0,
     json_lines: Annotated[
         bool, typer.Option("--json", help="One JSON measurement record per case on stdout.")
     ] = False,

@@ -28,6 +28,11 @@ from kernelwatch.analysis.static_diff import (
 )
 from kernelwatch.flows.app import app
 from kernelwatch.flows.console import fail, progress, stderr
+from kernelwatch.flows.options import (
+    KernelOption,
+    RepoOption,
+    SuiteOption,
+)
 from kernelwatch.harness.archs import DEFAULT_ARCHS, parse_archs
 from kernelwatch.harness.build import (
     DEFAULT_WORKLOAD,
@@ -46,16 +51,6 @@ _ARCHS = ",".join(DEFAULT_ARCHS)
 _WORKERS = default_workers()
 ArchOption = Annotated[
     str, typer.Option("--arch", help="Comma-separated targets: sm_90a, sm_100a, sm_80.")
-]
-SuiteOption = Annotated[
-    str, typer.Option(help="Suite module name or path to a suite .py file (in --repo).")
-]
-RepoOption = Annotated[
-    Path | None,
-    typer.Option(help="Repository the suite lives in (default: this kernelwatch checkout)."),
-]
-KernelOption = Annotated[
-    list[str] | None, typer.Option("--kernel", "-k", help="Kernel to build (repeatable).")
 ]
 DtypeOption = Annotated[
     list[str] | None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +12,13 @@ from rich.table import Table
 
 from kernelwatch.flows.app import app
 from kernelwatch.flows.console import fail, stderr, stream_records
+from kernelwatch.flows.options import (
+    KernelOption,
+    RepoOption,
+    SeedOption,
+    SuiteOption,
+    TimeoutOption,
+)
 from kernelwatch.harness.records import CorrectnessResult
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
@@ -27,24 +33,15 @@ _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "uns
 
 @app.command()
 def check(
-    kernel: Annotated[
-        list[str] | None, typer.Option("--kernel", "-k", help="Kernel to check (repeatable).")
-    ] = None,
+    kernel: KernelOption = None,
     workload: Annotated[str, typer.Option(help="Named workload, e.g. smoke or llm.")] = "smoke",
     dtype: Annotated[
         list[str] | None, typer.Option("--dtype", help="Only these dtypes (repeatable).")
     ] = None,
-    suite: Annotated[
-        str, typer.Option(help="Suite module name or path to a suite .py file.")
-    ] = BUILTIN_SUITE,
-    repo: Annotated[
-        Path | None,
-        typer.Option(help="Repository checkout the suite imports its kernels from."),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for the random inputs.")] = 0,
-    timeout: Annotated[
-        float, typer.Option(help="Seconds one case may run before it counts as hung.")
-    ] = 300.0,
+    suite: SuiteOption = BUILTIN_SUITE,
+    repo: RepoOption = None,
+    seed: SeedOption = 0,
+    timeout: TimeoutOption = 300.0,
     json_lines: Annotated[
         bool, typer.Option("--json", help="One JSON record per case on stdout.")
     ] = False,
