@@ -14,8 +14,9 @@ import sys
 import threading
 from typing import IO, Any
 
-#: Bytes of a dead child's stderr kept in its records.
-STDERR_TAIL = 2000
+#: Bytes of a dead child's stderr kept in its records: enough for a segfault's Python
+#: traceback after faulthandler's list of loaded extension modules (~2 KB with scipy).
+STDERR_TAIL = 6000
 
 
 def spawn(

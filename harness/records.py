@@ -266,6 +266,53 @@ class Measurement(JsonRecord):
 
 
 @dataclass(frozen=True)
+class ABMeasurement(JsonRecord):
+    """One case timed at two commits interleaved (A B A B ...) in one session on one device:
+    the primitive of PR checks (A = the base, B = the head) and bisection (A = the known-good
+    commit, B = the probed one).
+
+    ``base`` and ``head`` are each side's full :class:`Measurement` (raw samples, clocks,
+    throttle flags, summary, config) from that one session, with no stock-library baseline,
+    so each can be stored in its own commit's run. ``status`` is ``ok`` (both sides timed),
+    ``unsupported`` (either side lacks the case, or the device cannot run it) or ``error``
+    (either side raised, crashed, hung, wrote NaN/Inf, or throttled through every sample);
+    then ``reason`` names the side and ``detail`` keeps the traceback or the dead child's
+    stderr tail. ``base`` and ``head`` are None when the case was not timed.
+    """
+
+    case: CaseId
+    status: str
+    reason: str
+    method: Method
+    device: DeviceInfo
+    software: SoftwareInfo
+    base: Measurement | None = None
+    head: Measurement | None = None
+    duration_s: float = 0.0
+    detail: str = ""
+    KIND: ClassVar[str] = "ab"
+    kind: str = field(default="ab", init=False)
+    schema_version: int = field(default=SCHEMA_VERSION, init=False)
+
+    def sides(self) -> tuple[Measurement, Measurement]:
+        """The base and head measurements to store in each commit's run; a case that was
+        not timed gives two records of this one's status, reason and detail."""
+        if self.base is not None and self.head is not None:
+            return self.base, self.head
+        untimed = Measurement(
+            case=self.case,
+            status=self.status,
+            reason=self.reason,
+            method=self.method,
+            device=self.device,
+            software=self.software,
+            duration_s=self.duration_s,
+            detail=self.detail,
+        )
+        return untimed, untimed
+
+
+@dataclass(frozen=True)
 class BuildMetrics(JsonRecord):
     """Static metrics of one compiled kernel: one function x config x target architecture.
 
@@ -363,9 +410,9 @@ class RunInfo(JsonRecord):
         return record
 
 
-Record = CorrectnessResult | Measurement | BuildMetrics | RunInfo
+Record = CorrectnessResult | Measurement | ABMeasurement | BuildMetrics | RunInfo
 _KINDS: dict[str, type[JsonRecord]] = {
-    cls.KIND: cls for cls in (CorrectnessResult, Measurement, BuildMetrics, RunInfo)
+    cls.KIND: cls for cls in (CorrectnessResult, Measurement, ABMeasurement, BuildMetrics, RunInfo)
 }
 
 

@@ -7,8 +7,10 @@ Protocol: a JSON plan on stdin; JSON lines on stdout, in order:
 ``{"event": "plan", "tasks": [...], "device": {...}, "software": {...}, "method": ...}``, then
 per case ``{"event": "begin", "task": i}`` and ``{"event": "result", "task": i, "record": {...}}``.
 The plan's ``mode`` is ``check`` (correctness records), ``bench`` (measurement records; the
-plan event carries the timing method) or ``selfcheck`` (no cases: ``progress`` events, then
-one ``{"event": "report", "markdown": "..."}``). A bench child that measured ceilings says
+plan event carries the timing method), ``ab`` (A/B records: the suite of checkout A, the
+plan's ``suite``, and of checkout B, its ``suite_b``, imported side by side, each case timed
+at both interleaved) or ``selfcheck`` (no cases: ``progress`` events, then one
+``{"event": "report", "markdown": "..."}``). A bench child that measured ceilings says
 ``{"event": "carry", "key": "ceilings", "value": {...}}``; the supervisor hands carried
 values to any fresh child of the same run in the plan's ``carry``, so nothing is measured
 twice. A suite that fails to import, or a selection it cannot satisfy, ends with
@@ -17,6 +19,7 @@ twice. A suite that fails to import, or a selection it cannot satisfy, ends with
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -25,15 +28,16 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import IO, TYPE_CHECKING, Any
 
-from kernelwatch.harness.records import CorrectnessResult, Measurement
+from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measurement
 
 if TYPE_CHECKING:  # kernel-side modules are imported only after the device is chosen
+    from kernelwatch.harness.bench import BenchSession
     from kernelwatch.harness.device import Device
     from kernelwatch.harness.records import SoftwareInfo
-    from kernelwatch.harness.spec import KernelSpec
+    from kernelwatch.harness.spec import Suite
     from kernelwatch.harness.suite import Task
 
-    RunCase = Callable[[KernelSpec, str, Task], CorrectnessResult | Measurement]
+    RunCase = Callable[[Task], CorrectnessResult | Measurement | ABMeasurement]
     Emit = Callable[[dict[str, Any]], None]
 
 #: Exit code asking the supervisor for a fresh process (after a CUDA error, the context is
@@ -54,20 +58,15 @@ def main() -> int:
     device = select_device()  # before the suite imports Triton
 
     from kernelwatch.harness.device import software_info
-    from kernelwatch.harness.suite import (
-        SelectionError,
-        SuiteLoadError,
-        SuiteRef,
-        load_suite,
-        select_tasks,
-    )
+    from kernelwatch.harness.suite import SelectionError, SuiteLoadError
 
     def emit(event: dict[str, Any]) -> None:
         protocol.write(json.dumps(event, allow_nan=False) + "\n")
         protocol.flush()
 
     try:
-        suite = load_suite(SuiteRef.from_json(plan["suite"]))
+        suites = _load_suites(plan)
+        suite = suites[0]
         if mode == "selfcheck":
             from kernelwatch.harness.selfcheck import SelfcheckOptions, run_selfcheck
 
@@ -77,7 +76,7 @@ def main() -> int:
             )
             emit({"event": "report", "markdown": report})
             return 0
-        tasks = select_tasks(suite, plan["kernels"], plan["workload"], plan["dtypes"])
+        tasks = _select(plan, suites)
     except SuiteLoadError as exc:
         emit({"event": "fatal", "kind": "suite", "message": str(exc)})
         return EXIT_FATAL
@@ -85,7 +84,7 @@ def main() -> int:
         emit({"event": "fatal", "kind": "selection", "message": str(exc)})
         return EXIT_FATAL
     software = software_info()
-    run_case, method = _case_runner(plan, device, software, emit)
+    run_case, method = _case_runner(plan, suites, device, software, emit)
     if run_case is None:
         return EXIT_FATAL
     emit(
@@ -101,7 +100,7 @@ def main() -> int:
     for index in range(int(plan.get("start", 0)), len(tasks)):
         task = tasks[index]
         emit({"event": "begin", "task": index})
-        record = run_case(suite.kernel(task.kernel), suite.name, task)
+        record = run_case(task)
         emit({"event": "result", "task": index, "record": record.to_json()})
         outcome = record.verdict if isinstance(record, CorrectnessResult) else record.status
         if outcome == "error" and device.info.kind == "cuda":
@@ -109,21 +108,92 @@ def main() -> int:
     return 0
 
 
+def _load_suites(plan: dict[str, Any]) -> list[Suite]:
+    """The plan's suite, and in ``ab`` mode B's beside it (A's checkout forgotten first, so
+    both may use the same package names). Raises SuiteLoadError naming the side."""
+    from kernelwatch.harness.suite import (
+        SuiteLoadError,
+        SuiteRef,
+        load_suite,
+        load_suite_isolated,
+    )
+
+    if plan.get("mode") != "ab":
+        return [load_suite(SuiteRef.from_json(plan["suite"]))]
+    suites = []
+    for side, load, data in (
+        ("A", load_suite_isolated, plan["suite"]),
+        ("B", load_suite, plan["suite_b"]),
+    ):
+        ref = SuiteRef.from_json(data)
+        try:
+            suites.append(load(ref))
+        except SuiteLoadError as exc:
+            raise SuiteLoadError(f"side {side} ({ref.root or ref.target}): {exc}") from exc
+    return suites
+
+
+def _select(plan: dict[str, Any], suites: list[Suite]) -> list[Task]:
+    """The cases the plan selects on the first suite; in ``ab`` mode followed by the cases
+    only B's suite has (they are reported unsupported: there is nothing to compare)."""
+    from kernelwatch.harness.suite import SelectionError, lacks, select_tasks
+
+    selection = (plan["kernels"], plan["workload"], plan["dtypes"])
+    tasks = select_tasks(suites[0], *selection)
+    if len(suites) > 1:
+        # When B cannot satisfy the selection at all, every case is A's, reported as B lacking it.
+        with contextlib.suppress(SelectionError):
+            tasks += [t for t in select_tasks(suites[1], *selection) if lacks(suites[0], t)]
+    return tasks
+
+
 def _case_runner(
-    plan: dict[str, Any], device: Device, software: SoftwareInfo, emit: Emit
+    plan: dict[str, Any],
+    suites: list[Suite],
+    device: Device,
+    software: SoftwareInfo,
+    emit: Emit,
 ) -> tuple[RunCase | None, dict[str, Any] | None]:
     """The function that turns one task into a record, for the plan's mode, and the timing
-    method (bench) as JSON. (None, None) after emitting a fatal event for a bad request."""
+    method (bench, ab) as JSON. (None, None) after emitting a fatal event for a bad request."""
     seed = int(plan["seed"])
-    if plan.get("mode", "check") == "check":
+    suite = suites[0]
+    mode = plan.get("mode", "check")
+    if mode == "check":
         from kernelwatch.harness.correctness import check_case
 
-        def check(spec: KernelSpec, suite: str, task: Task) -> CorrectnessResult:
+        def check(task: Task) -> CorrectnessResult:
             return check_case(
-                spec, suite, task.workload, task.params, task.dtype, device, seed, software
+                suite.kernel(task.kernel),
+                suite.name,
+                task.workload,
+                task.params,
+                task.dtype,
+                device,
+                seed,
+                software,
             )
 
         return check, None
+    session = _open_session(plan, device, software, emit)
+    if session is None:
+        return None, None
+    if mode == "ab":
+        return _ab_runner(session, suites, seed), asdict(session.method)
+
+    def bench(task: Task) -> Measurement:
+        spec = suite.kernel(task.kernel)
+        return session.measure(spec, suite.name, task.workload, task.params, task.dtype, seed)
+
+    return bench, asdict(session.method)
+
+
+def _open_session(
+    plan: dict[str, Any], device: Device, software: SoftwareInfo, emit: Emit
+) -> BenchSession | None:
+    """The timing session of a bench or ab plan, using ceilings an earlier child of the same
+    run measured; None after emitting a fatal event for a timer the device cannot do."""
+    from kernelwatch.harness.ab_session import ABSession
     from kernelwatch.harness.bench import BenchSession
     from kernelwatch.harness.options import BenchOptions
     from kernelwatch.harness.sol import Ceilings
@@ -132,18 +202,33 @@ def _case_runner(
     carried = plan.get("carry", {}).get("ceilings")
     if carried:
         options = replace(options, ceilings=Ceilings(**carried))
+    kind = ABSession if plan.get("mode") == "ab" else BenchSession
     try:
-        session = BenchSession.open(device, options, software)
+        session = kind.open(device, options, software)
     except ValueError as exc:
         emit({"event": "fatal", "kind": "selection", "message": str(exc)})
-        return None, None
+        return None
     if session.ceilings is not None and not carried:
         emit({"event": "carry", "key": "ceilings", "value": asdict(session.ceilings)})
+    return session
 
-    def bench(spec: KernelSpec, suite: str, task: Task) -> Measurement:
-        return session.measure(spec, suite, task.workload, task.params, task.dtype, seed)
 
-    return bench, asdict(session.method)
+def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase:
+    from kernelwatch.harness.ab_session import ABSession
+    from kernelwatch.harness.suite import lacks
+
+    assert isinstance(session, ABSession)
+    a, b = suites
+
+    def ab(task: Task) -> ABMeasurement:
+        lacking = [f"{side} {why}" for side, s in (("A", a), ("B", b)) if (why := lacks(s, task))]
+        if lacking:
+            return session.unsupported(a.name, task, "; ".join(lacking))
+        return session.measure_pair(
+            a.kernel(task.kernel), b.kernel(task.kernel), a.name, task, seed
+        )
+
+    return ab
 
 
 def private_stdout() -> IO[str]:

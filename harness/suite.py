@@ -106,6 +106,31 @@ def load_suite(ref: SuiteRef) -> Suite:
     return suite
 
 
+def load_suite_isolated(ref: SuiteRef) -> Suite:
+    """Import the suite ``ref`` points at, then forget its checkout: take the directories
+    the import put on ``sys.path`` off again, and drop from ``sys.modules`` every module it
+    brought in from them. Another checkout whose code uses the same package names (the same
+    repository at another commit) can then be loaded beside it in this process; the first
+    suite's functions keep their own module globals. Code that imports lazily, at launch
+    time, from the forgotten checkout fails there, as that case's error.
+    """
+    modules_before, path_before = set(sys.modules), list(sys.path)
+    suite = load_suite(ref)
+    added = {Path(p).resolve() for p in set(sys.path) - set(path_before)}
+    sys.path[:] = path_before
+    for name in set(sys.modules) - modules_before:
+        if any(_lives_under(sys.modules[name], directory) for directory in added):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+    return suite
+
+
+def _lives_under(module: Any, directory: Path) -> bool:
+    # A namespace package has no __file__, only __path__ entries.
+    files = [getattr(module, "__file__", None), *getattr(module, "__path__", ())]
+    return any(f and Path(f).resolve().is_relative_to(directory) for f in files)
+
+
 def _import_file(target: str, root: Path | None) -> Any:
     path = Path(target)
     if not path.is_absolute():
@@ -170,3 +195,17 @@ def select_tasks(
             f"{workload!r} case in dtypes {', '.join(dtypes)}"
         )
     return tasks
+
+
+def lacks(suite: Suite, task: Task) -> str | None:
+    """Why ``suite`` cannot run ``task`` (a case selected from another commit's suite), or
+    None when it has the kernel, the workload case and the dtype."""
+    if task.kernel not in suite.names:
+        return f"has no kernel {task.kernel!r}"
+    spec = suite.kernel(task.kernel)
+    if dict(task.params) not in [dict(p) for p in spec.workloads.get(task.workload, ())]:
+        label = " ".join(f"{k}={v}" for k, v in task.params.items())
+        return f"has no {task.workload!r} case {label} of {task.kernel!r}"
+    if task.dtype not in spec.dtypes:
+        return f"does not declare {task.dtype} for {task.kernel!r}"
+    return None

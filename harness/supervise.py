@@ -19,6 +19,7 @@ from typing import Any
 from kernelwatch.harness.child import death, decode, kill, spawn, tail, wait
 from kernelwatch.harness.options import BenchOptions
 from kernelwatch.harness.records import (
+    ABMeasurement,
     CaseId,
     CorrectnessResult,
     DeviceInfo,
@@ -30,6 +31,9 @@ from kernelwatch.harness.records import (
 from kernelwatch.harness.suite import SuiteRef, Task
 
 RUNNER = "kernelwatch.harness.runner"
+
+#: What a child reports per case, by mode: check, bench, ab.
+Outcome = CorrectnessResult | Measurement | ABMeasurement
 
 
 class SuiteError(RuntimeError):
@@ -77,6 +81,21 @@ class BenchRequest(CheckRequest):
         return {**super().plan(start), "bench": self.options.to_json()}
 
 
+@dataclass(frozen=True)
+class ABRequest(BenchRequest):
+    """What to time A/B: every selected case of suite A (``suite``: a PR's base, or the
+    known-good commit of a bisection) interleaved with the same case of suite B
+    (``suite_b``: the head, or the probed commit), both imported by one child process, on
+    one device, through one timer (:class:`BenchOptions`; the stock-library baseline is not
+    timed). The cases are the selection on A's suite, then those only B's suite has."""
+
+    suite_b: SuiteRef = field(default_factory=SuiteRef)
+    mode = "ab"
+
+    def plan(self, start: int) -> dict[str, Any]:
+        return {**super().plan(start), "suite_b": self.suite_b.to_json()}
+
+
 @dataclass
 class _Context:
     suite: str = ""
@@ -115,9 +134,21 @@ def run_benches(
         yield record
 
 
+def run_ab(
+    request: ABRequest, on_plan: Callable[[int], None] | None = None
+) -> Iterator[ABMeasurement]:
+    """Like :func:`run_benches`, timing each case at A and B interleaved: yields one A/B
+    record per case. A crash, hang or NaN output on either side makes that case ``error``
+    (with the stderr tail or traceback) and a fresh child resumes at the next case; a case
+    one side lacks is ``unsupported``."""
+    for record in _supervise(request, _Context(), on_plan):
+        assert isinstance(record, ABMeasurement)
+        yield record
+
+
 def _supervise(
     request: CheckRequest, ctx: _Context, on_plan: Callable[[int], None] | None
-) -> Iterator[CorrectnessResult | Measurement]:
+) -> Iterator[Outcome]:
     start = 0
     while True:
         next_start = yield from _run_child(request, start, ctx, on_plan)
@@ -131,7 +162,7 @@ def _run_child(
     start: int,
     ctx: _Context,
     on_plan: Callable[[int], None] | None,
-) -> Iterator[CorrectnessResult | Measurement]:
+) -> Iterator[Outcome]:
     """One child process; returns the index to resume at, or None when all cases are done."""
     with tempfile.TemporaryFile(mode="w+b") as stderr:
         proc, lines = spawn(
@@ -154,7 +185,7 @@ def _run_child(
                     # Stuck inside a case, or between two: either way the next case pays.
                     stuck = current if current is not None else next_index
                     reason = f"timed out after {request.case_timeout_s:.0f} s (hung?)"
-                    yield _failure(ctx, stuck, reason, request.seed, tail(stderr))
+                    yield _failure(request, ctx, stuck, reason, tail(stderr))
                     return stuck + 1
                 event = decode(line) if line is not None else None
                 if event is None:  # end of output, or a line cut short by a dying child
@@ -162,7 +193,7 @@ def _run_child(
                         kill(proc)
                     code = wait(proc)
                     if current is not None:
-                        yield _failure(ctx, current, death(code), request.seed, tail(stderr))
+                        yield _failure(request, ctx, current, death(code), tail(stderr))
                         return current + 1
                     if not ctx.planned or (code != 0 and next_index == start):
                         last = (tail(stderr).splitlines() or ["(empty)"])[-1]
@@ -260,15 +291,20 @@ def _take_plan(ctx: _Context, event: dict[str, Any]) -> None:
 
 
 def _failure(
-    ctx: _Context, index: int, reason: str, seed: int, stderr_tail: str
-) -> CorrectnessResult | Measurement:
+    request: CheckRequest, ctx: _Context, index: int, reason: str, stderr_tail: str
+) -> Outcome:
     """The record of a case the child died or hung in, in the kind the mode produces."""
     assert ctx.device is not None and ctx.software is not None
     task = ctx.tasks[index]
     case = CaseId(ctx.suite, task.kernel, task.workload, task.params, task.dtype)
     common = {"case": case, "reason": reason, "device": ctx.device, "software": ctx.software}
-    if ctx.method is not None:
-        return Measurement(status="error", method=ctx.method, detail=stderr_tail, **common)
-    return CorrectnessResult(
-        verdict="error", tolerance=task.tolerance, seed=seed, detail=stderr_tail, **common
-    )
+    if ctx.method is None:
+        return CorrectnessResult(
+            verdict="error",
+            tolerance=task.tolerance,
+            seed=request.seed,
+            detail=stderr_tail,
+            **common,
+        )
+    kind = ABMeasurement if request.mode == "ab" else Measurement
+    return kind(status="error", method=ctx.method, detail=stderr_tail, **common)

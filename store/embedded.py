@@ -101,6 +101,16 @@ class EmbeddedServer:
             self._create_database()
         return ServerState(started=started, pid=self.pid(), version=_version(bin_dir))
 
+    def recreate_database(self, name: str) -> str:
+        """Drop ``name`` if it exists, create it empty and return its URL (the server must be
+        running). For throw-away data such as the demo's, kept apart from ``kernelwatch``."""
+        if name == DATABASE or not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+            raise EmbeddedError(f"refusing to recreate database {name!r}")
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
     def is_running(self) -> bool:
         """Whether a postmaster for this data directory is up and accepting connections."""
         pid = self.pid()

@@ -7,9 +7,14 @@ from pathlib import Path
 
 import psycopg
 
-# The newest revision in migrations/versions (a test checks it against Alembic's head), so
-# connecting can check the schema without importing Alembic.
-HEAD = "0002"
+# The newest revision in migrations/versions, read from the numbered file names (a test checks
+# it against Alembic's head), so connecting can check the schema without importing Alembic.
+HEAD = max(
+    path.name.split("_", 1)[0]
+    for path in (Path(__file__).parent / "migrations" / "versions").glob(
+        "[0-9][0-9][0-9][0-9]_*.py"
+    )
+)
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('kernelwatch.store.migrate'))"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,12 @@ import pytest
 from kernelwatch.harness.device import Device, select_device
 
 DEVICE = select_device()
+
+# Prefect keeps its state under PREFECT_HOME: the tests get a throw-away one, no telemetry,
+# before any test module imports Prefect.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="kw-prefect-"))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +49,16 @@ def kernelwatch_cli():
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """Prefect's test harness: a temporary API server (SQLite) for every flow run of the
+    session; it starts once, in 12-20 s."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -52,8 +52,11 @@ def test_migrations_up_and_down(pg_server):
     url = pg_server.url("t_migrate")
     tables = "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
     views = "SELECT count(*) FROM pg_views WHERE schemaname = 'public'"
-    migrate.upgrade(url)
+    migrate.upgrade(url, "0002")
     assert count(url, tables) == 17 and count(url, views) == 8
+    migrate.upgrade(url)
+    assert count(url, "SELECT count(*) FROM pg_tables WHERE tablename = 'bisect_steps'") == 1
+    assert count(url, "SELECT count(*) FROM pg_views WHERE viewname = 'report_triage_board'") == 1
     migrate.downgrade(url, "0001")
     assert count(url, views) == 1 and count(url, tables) == 17  # raw_samples is 0001's
     migrate.downgrade(url, "base")

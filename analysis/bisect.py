@@ -1,0 +1,283 @@
+"""Bisection of a regression's commit range on interleaved A/B verdicts.
+
+Pure: the measuring is a callback. ``probe(commit, round)`` times ``commit`` interleaved
+against the known-good commit on one GPU and returns per-case :class:`ABVerdict` s (A = good,
+B = the commit) and the device seconds it cost; round 0 takes the normal samples, each
+later round more (the caller decides how many; ``ABVerdict.more_samples`` suggests it).
+
+The search, like ``git bisect`` with A/B verdicts in place of a test script:
+
+1. **Verify the endpoints.** The bad end must be SLOWER than the good end in some case;
+   otherwise the outcome is ``not_reproduced``. The cases SLOWER there are the regression's
+   cases; the others are ignored from then on.
+2. **Judge a commit** from its verdicts on those cases. The regression's size in case ``c``
+   is its ratio ``R_c`` at the bad end; the commit is *bad* when some case is SLOWER with
+   the lower end of its ratio interval at or above ``1 + bad_fraction * (R_c - 1)``: it
+   carries at least that share of the slowdown (by default half), so a smaller, separate
+   slowdown elsewhere in the range is not mistaken for the culprit. It is *good* when every
+   case is SAME or FASTER, or its whole interval lies below that mark; otherwise it is
+   *ambiguous* and is probed again with more samples, up to ``max_rounds`` probes, after which
+   the search stops ``inconclusive``. A commit whose probe could not measure a case
+   (crash, hang, NaN, the case missing) is *skipped*, as ``git bisect skip`` does: the next
+   probe takes the untested commit nearest the middle of the range instead.
+3. **Budget.** Before each probe the cost is estimated from the probes of the same round so
+   far (a round not seen yet: ``growth`` times the round before); when it would take the
+   total past ``budget_s`` the search stops ``budget_exhausted`` with the range narrowed so far.
+
+The outcome is ``found`` (the culprit is the first bad commit, its parent good or the good
+end), ``not_reproduced``, ``inconclusive`` or ``budget_exhausted``, with the range the culprit
+lies in (first possibly bad commit .. last, both inclusive), every probe, and the total cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kernelwatch.analysis.verdict import ABVerdict
+
+Judgement = Literal["good", "bad", "ambiguous", "skip"]
+Status = Literal["found", "not_reproduced", "inconclusive", "budget_exhausted"]
+
+
+@dataclass(frozen=True)
+class BisectConfig:
+    """``max_rounds``: probes of one commit (round 0, then with more samples) before an
+    ambiguous commit stops the search. ``bad_fraction``: the share of the regression (per
+    case, of ``ratio - 1`` at the bad end) a commit must carry to count as bad; 0 makes any
+    SLOWER verdict bad. ``growth``: the expected cost of a round over the round before, used
+    for the budget until a probe of that round has been seen."""
+
+    max_rounds: int = 3
+    bad_fraction: float = 0.5
+    growth: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 1:
+            raise ValueError("max_rounds must be at least 1")
+        if not 0.0 <= self.bad_fraction < 1.0:
+            raise ValueError("bad_fraction must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One measurement of a commit against the known-good commit: a verdict per case it
+    could compare, why it could not for the others (``errors``), and its device seconds."""
+
+    verdicts: Mapping[str, ABVerdict]
+    gpu_seconds: float
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One probe the search made, and what it concluded about the commit."""
+
+    commit: str
+    round: int
+    verdicts: Mapping[str, ABVerdict]
+    errors: Mapping[str, str]
+    gpu_seconds: float
+    judgement: Judgement
+
+
+@dataclass(frozen=True)
+class BisectOutcome:
+    """Where the search ended. ``good`` is the known-good commit every probe was timed
+    against. ``range`` is (first possibly bad commit, last), inclusive: just the culprit
+    when found. ``cases`` are those the regression reproduced in at the bad end (what commits
+    were judged on). ``reason`` says in one line why it ended there."""
+
+    status: Status
+    good: str
+    culprit: str | None
+    range: tuple[str, str]
+    steps: tuple[Step, ...]
+    gpu_seconds: float
+    cases: tuple[str, ...]
+    reason: str
+
+    def evidence(self) -> str:
+        """One line for a human: what was found and how sure the measurements make it (the
+        culprit's ratio interval, its parent's verdicts, the probes it took)."""
+        cost = f"{len(self.steps)} probes, {self.gpu_seconds:.1f} GPU-s"
+        if self.culprit is None:
+            return f"bisect {self.status}: {self.reason} ({cost})"
+        bad = next(s for s in reversed(self.steps) if s.commit == self.culprit)
+        case, worst = max(
+            ((c, bad.verdicts[c]) for c in self.cases if c in bad.verdicts),
+            key=lambda item: item[1].ratio,
+        )
+        return (
+            f"culprit {self.culprit[:12]}: {case} {worst.ratio:.3f}x the good commit "
+            f"(interval {worst.ci_low:.3f}-{worst.ci_high:.3f}, p={worst.p_value:.2g}); "
+            f"{self.reason} ({cost})"
+        )
+
+
+def bisect(
+    commits: Sequence[str],
+    probe: Callable[[str, int], Probe],
+    budget_s: float,
+    config: BisectConfig = BisectConfig(),
+) -> BisectOutcome:
+    """Find the first commit of ``commits`` (oldest first: the known-good commit, the
+    commits after it, the bad commit) that carries the regression; see the module docstring
+    for the rules."""
+    if len(commits) < 2:
+        raise ValueError("bisect needs at least the good and the bad commit")
+    if len(set(commits)) != len(commits):
+        raise ValueError("the commit list names a commit twice")
+    return _Search(commits, probe, budget_s, config).run()
+
+
+def judge(probe: Probe, thresholds: Mapping[str, float]) -> Judgement:
+    """A commit's judgement on the regression's cases (case -> the ratio at and above which
+    the lower end of a SLOWER interval counts as carrying the regression)."""
+    if any(case in probe.errors or case not in probe.verdicts for case in thresholds):
+        return "skip"
+    bad = good = 0
+    for case, threshold in thresholds.items():
+        v = probe.verdicts[case]
+        if v.verdict == "SLOWER" and v.ci_low >= threshold:
+            bad += 1
+        elif v.verdict in ("SAME", "FASTER") or v.ci_high < threshold:
+            good += 1
+    if bad:
+        return "bad"
+    return "good" if good == len(thresholds) else "ambiguous"
+
+
+def judge_bad_end(probe: Probe) -> Judgement:
+    """The bad end's judgement: bad when any case is SLOWER, good when every case it could
+    compare is SAME or FASTER, skip when it could compare none."""
+    names = {v.verdict for v in probe.verdicts.values()}
+    if not names:
+        return "skip"
+    if "SLOWER" in names:
+        return "bad"
+    return "ambiguous" if "AMBIGUOUS" in names else "good"
+
+
+def thresholds_from(probe: Probe, bad_fraction: float) -> dict[str, float]:
+    """Per SLOWER case of the bad end's probe, the ratio mark of :func:`judge`."""
+    return {
+        case: 1.0 + bad_fraction * (v.ratio - 1.0)
+        for case, v in probe.verdicts.items()
+        if v.verdict == "SLOWER"
+    }
+
+
+class _Search:
+    """The state of one bisection: the probes so far and what they cost."""
+
+    def __init__(
+        self,
+        commits: Sequence[str],
+        probe: Callable[[str, int], Probe],
+        budget_s: float,
+        config: BisectConfig,
+    ) -> None:
+        self.commits = list(commits)
+        self.probe = probe
+        self.budget_s = budget_s
+        self.config = config
+        self.steps: list[Step] = []
+        self.spent = 0.0
+        self.last: Probe | None = None
+        self.cases: tuple[str, ...] = ()
+
+    def run(self) -> BisectOutcome:
+        good, bad = 0, len(self.commits) - 1
+        verdict = self._measure(bad, judge_bad_end)
+        if verdict is None:
+            return self._over_budget(good, bad)
+        if verdict == "skip":
+            return self._end("inconclusive", good, bad, "the bad commit could not be measured")
+        if verdict != "bad":
+            why = "stayed AMBIGUOUS" if verdict == "ambiguous" else "is not SLOWER"
+            return self._end("not_reproduced", good, bad, f"the bad commit {why} in any case")
+        assert self.last is not None
+        thresholds = thresholds_from(self.last, self.config.bad_fraction)
+        self.cases = tuple(sorted(thresholds))
+        skipped: set[int] = set()
+        while untested := [i for i in range(good + 1, bad) if i not in skipped]:
+            # The untested commit nearest the middle; ties go to the older one.
+            middle = min(untested, key=lambda i: (abs(2 * i - good - bad), i))
+            verdict = self._measure(middle, lambda p: judge(p, thresholds))
+            if verdict is None:
+                return self._over_budget(good, bad)
+            if verdict == "ambiguous":
+                return self._end(
+                    "inconclusive",
+                    good,
+                    bad,
+                    f"{self.commits[middle][:12]} stayed AMBIGUOUS after "
+                    f"{self.config.max_rounds} rounds",
+                )
+            if verdict == "skip":
+                skipped.add(middle)
+            elif verdict == "bad":
+                bad = middle
+            else:
+                good = middle
+        if bad == good + 1:
+            parent = (
+                "the known-good commit"
+                if good == 0
+                else f"{self.commits[good][:12]}, which is judged good"
+            )
+            return self._end("found", good, bad, f"its parent is {parent}", self.commits[bad])
+        return self._end(
+            "inconclusive",
+            good,
+            bad,
+            f"{bad - good - 1} commits in the range could not be measured",
+        )
+
+    def _measure(self, index: int, rule: Callable[[Probe], Judgement]) -> Judgement | None:
+        """Probe one commit round after round until it is judged (ambiguous after the last
+        round); None when the next probe would go over budget."""
+        commit = self.commits[index]
+        for round_ in range(self.config.max_rounds):
+            if self.spent + self._estimate(round_) >= self.budget_s:
+                return None
+            probe = self.last = self.probe(commit, round_)
+            verdict = rule(probe)
+            self.steps.append(
+                Step(commit, round_, probe.verdicts, probe.errors, probe.gpu_seconds, verdict)
+            )
+            self.spent += probe.gpu_seconds
+            if verdict != "ambiguous":
+                return verdict
+        return "ambiguous"
+
+    def _estimate(self, round_: int) -> float:
+        """The expected cost of a probe of ``round_``: the dearest seen in that round, else
+        ``growth`` times the estimate of the round before (0 before any probe)."""
+        seen = [s.gpu_seconds for s in self.steps if s.round == round_]
+        if seen:
+            return max(seen)
+        return self.config.growth * self._estimate(round_ - 1) if round_ > 0 else 0.0
+
+    def _over_budget(self, good: int, bad: int) -> BisectOutcome:
+        reason = (
+            f"the next probe would take the {self.budget_s:g} s GPU budget over "
+            f"({self.spent:.1f} s spent)"
+        )
+        return self._end("budget_exhausted", good, bad, reason)
+
+    def _end(
+        self, status: Status, good: int, bad: int, reason: str, culprit: str | None = None
+    ) -> BisectOutcome:
+        return BisectOutcome(
+            status=status,
+            good=self.commits[0],
+            culprit=culprit,
+            range=(self.commits[good + 1], self.commits[bad]),
+            steps=tuple(self.steps),
+            gpu_seconds=self.spent,
+            cases=self.cases,
+            reason=reason,
+        )

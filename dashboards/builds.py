@@ -1,0 +1,115 @@
+"""Static build metrics over commits, from the cross-compiled sm_90a/sm_100a builds: registers
+per thread, spilled bytes and the tensor-core path of every function, and the latest
+builds in full. A lost wgmma/tcgen05 path or new spills show without a GPU."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as sdk
+from grafana_foundation_sdk.builders import statetimeline, timeseries
+from grafana_foundation_sdk.models.dashboard import ValueMap, ValueMappingResult
+
+from kernelwatch.dashboards import common
+
+UID = "kw-builds"
+
+_FILTER = """repository = '$repository' AND kernel = '$kernel' AND arch IN ($arch)
+  AND dtype IN ($dtype)"""
+_LINE = "function || ' ' || arch || ' ' || dtype || ' ' || case_label"
+#: report_build_history.tensor_core_rank, as kernelwatch.harness.sass.TENSOR_CORE_RANK ranks.
+TENSOR_CORE_NAMES = {0: "none", 1: "HMMA (mma.sync)", 2: "wgmma (HGMMA/QGMMA)", 3: "tcgen05"}
+
+
+def _over_commits(title: str, column: str, unit: str) -> timeseries.Panel:
+    return common.timeseries_panel(
+        title,
+        f"""
+SELECT at AS "time", {_LINE} AS metric, {column}
+FROM report_build_history
+WHERE {_FILTER} AND status = 'ok' AND $__timeFilter(at)
+ORDER BY 1
+""",
+        w=12,
+        h=8,
+        unit=unit,
+    )
+
+
+def dashboard() -> sdk.Dashboard:
+    """The static build metrics dashboard."""
+    tensor_cores = ValueMap(
+        options={
+            str(rank): ValueMappingResult(text=name, index=rank)
+            for rank, name in TENSOR_CORE_NAMES.items()
+        }
+    )
+    return (
+        common.new_dashboard(
+            UID,
+            "kernelwatch: static build metrics",
+            "Registers, spills and tensor-core path of every compiled function over commits "
+            "(cross-compiled, no GPU needed), and the latest builds.",
+            since="90d",
+        )
+        .with_variable(common.repository_variable())
+        .with_variable(
+            common.variable(
+                "kernel",
+                "Kernel",
+                "SELECT DISTINCT kernel FROM report_latest_builds "
+                "WHERE repository = '$repository' ORDER BY 1",
+            )
+        )
+        .with_variable(
+            common.variable(
+                "arch",
+                "Arch",
+                "SELECT DISTINCT arch FROM report_latest_builds "
+                "WHERE repository = '$repository' AND kernel = '$kernel' ORDER BY 1",
+                multi=True,
+                include_all=True,
+            )
+        )
+        .with_variable(
+            common.variable(
+                "dtype",
+                "dtype",
+                "SELECT DISTINCT dtype FROM report_latest_builds "
+                "WHERE repository = '$repository' AND kernel = '$kernel' ORDER BY 1",
+                multi=True,
+                include_all=True,
+            )
+        )
+        .with_panel(_over_commits("Registers per thread", "registers", "none"))
+        .with_panel(_over_commits("Spilled bytes (stores + loads)", "spill_bytes", "bytes"))
+        .with_panel(
+            common.sql_panel(
+                statetimeline.Panel(),
+                "Tensor-core path",
+                f"""
+SELECT at AS "time", {_LINE} AS metric, tensor_core_rank
+FROM report_build_history
+WHERE {_FILTER} AND status = 'ok' AND $__timeFilter(at)
+ORDER BY 1
+""",
+                w=24,
+                h=8,
+                format="time_series",
+            ).mappings([tensor_cores])
+        )
+        .with_panel(
+            common.table_panel(
+                "Builds of the latest nightly",
+                f"""
+SELECT function, arch, dtype, case_label, config, status, reason, registers,
+  spill_store_bytes, spill_load_bytes, shared_static_bytes, shared_dynamic_bytes, num_warps,
+  num_stages, tensor_core, tma_loads, global_load_bits, instructions, cubin_sha256,
+  commit_sha, at
+FROM report_latest_builds
+WHERE {_FILTER}
+ORDER BY function, arch, dtype, case_label
+""",
+                w=24,
+                h=10,
+            )
+        )
+    )

@@ -1,0 +1,15 @@
+"""Every kernelwatch dashboard, as Grafana JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelwatch.dashboards import builds, common, fleet, health, history, sol, triage
+
+#: In the order Grafana's dashboard list and the export show them.
+MODULES = (fleet, history, sol, builds, health, triage)
+
+
+def dashboards() -> list[dict[str, Any]]:
+    """The JSON of every dashboard, built afresh."""
+    return [common.to_json(module.dashboard()) for module in MODULES]

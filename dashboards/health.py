@@ -1,0 +1,91 @@
+"""Fleet noise and health: per-GPU noise and throttling per day, which devices are
+quarantined over the time range and why, and the runs that failed: "which node is noisy"."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as sdk
+from grafana_foundation_sdk.builders import timeseries
+
+from kernelwatch.dashboards import common
+
+UID = "kw-health"
+
+_DEVICE = "model || ' ' || host || ' ' || coalesce(uuid, '')"
+
+
+def _per_gpu_and_day(title: str, value: str) -> timeseries.Panel:
+    """A line per device of ``value``, a column of report_device_noise (one row a day)."""
+    return common.timeseries_panel(
+        title,
+        f"""
+SELECT day AS "time", {_DEVICE} AS metric, {value}
+FROM report_device_noise
+WHERE model IN ($gpu) AND $__timeFilter(day)
+ORDER BY 1
+""",
+        w=12,
+        h=8,
+        unit="percentunit",
+    )
+
+
+def dashboard() -> sdk.Dashboard:
+    """The fleet noise and health dashboard."""
+    return (
+        common.new_dashboard(
+            UID,
+            "kernelwatch: fleet noise and health",
+            "Noise (mean relative CI half-width of the median) and throttled samples per GPU "
+            "and day, quarantined devices, failed runs.",
+            since="30d",
+        )
+        .with_variable(
+            common.variable(
+                "gpu",
+                "GPU",
+                "SELECT DISTINCT device_model FROM report_runs ORDER BY 1",
+                multi=True,
+                include_all=True,
+            )
+        )
+        .with_panel(
+            _per_gpu_and_day("Noise per GPU: mean relative CI half-width, per day", "mean_rel_ci")
+        )
+        .with_panel(
+            _per_gpu_and_day(
+                "Throttled samples per GPU, per day",
+                "throttled_samples::float8 / NULLIF(samples, 0) AS throttled",
+            )
+        )
+        .with_panel(
+            common.table_panel(
+                "Devices over the time range (quarantined first)",
+                """
+SELECT device_model, host, device_uuid, quarantined, reason, runs, failed_runs,
+  partial_runs, throttled_fraction, mean_rel_ci, model_median_rel_ci, last_run_at
+FROM report_device_health($__timeFrom(), $__timeTo())
+WHERE device_model IN ($gpu)
+ORDER BY quarantined DESC, mean_rel_ci DESC
+""",
+                w=24,
+                h=9,
+            )
+            .override_by_name("throttled_fraction", [common.unit("percentunit")])
+            .override_by_name("mean_rel_ci", [common.unit("percentunit")])
+            .override_by_name("model_median_rel_ci", [common.unit("percentunit")])
+        )
+        .with_panel(
+            common.table_panel(
+                "Failed and partial runs",
+                """
+SELECT started_at, status, trigger, repository, commit_sha, device_model, host,
+  device_uuid, pool, measurements, measurement_errors, correctness_failed, run_id
+FROM report_runs
+WHERE status IN ('failed', 'partial') AND device_model IN ($gpu) AND $__timeFilter(started_at)
+ORDER BY started_at DESC
+""",
+                w=24,
+                h=8,
+            )
+        )
+    )

@@ -1,0 +1,167 @@
+"""Kernel history: one series (kernel, case, dtype, GPU) over the commits of the tracked
+branch, its median with the 95% CI band, change points, bisection verdicts and method
+changes marked on the time axis, and for every point the command that measures that commit
+again the same way."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as sdk
+from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
+
+from kernelwatch.dashboards import common
+
+UID = "kw-history"
+
+_SERIES = "series_key = '$case'"
+
+
+def _band(lower: str, upper: str) -> list[tuple[str, list[DynamicConfigValue]]]:
+    """Overrides drawing ``upper``..``lower`` as a shaded band without lines."""
+    no_line = DynamicConfigValue(id_val="custom.lineWidth", value=0)
+    return [
+        (
+            upper,
+            [
+                no_line,
+                DynamicConfigValue(id_val="custom.fillBelowTo", value=lower),
+                DynamicConfigValue(id_val="custom.fillOpacity", value=20),
+            ],
+        ),
+        (lower, [no_line]),
+    ]
+
+
+def dashboard() -> sdk.Dashboard:
+    """The kernel history dashboard."""
+    median = common.timeseries_panel(
+        "Median with 95% CI: $kernel $dtype on $gpu",
+        f"""
+SELECT measured_at AS "time", median_ns AS median, ci_low_ns AS ci_low, ci_high_ns AS ci_high
+FROM report_series_history
+WHERE {_SERIES} AND $__timeFilter(measured_at)
+ORDER BY 1
+""",
+        w=24,
+        h=10,
+        unit="ns",
+    )
+    for name, properties in _band("ci_low", "ci_high"):
+        median = median.override_by_name(name, properties)
+    return (
+        common.new_dashboard(
+            UID,
+            "kernelwatch: kernel history",
+            "One series over commits: median and CI, change points, bisection verdicts, "
+            "method changes, and a repro command per point.",
+            since="180d",
+        )
+        .with_variable(common.repository_variable())
+        .with_variable(common.kernel_variable(multi=False))
+        .with_variable(
+            common.variable(
+                "dtype",
+                "dtype",
+                "SELECT DISTINCT dtype FROM report_series "
+                "WHERE repository = '$repository' AND kernel = '$kernel' ORDER BY 1",
+            )
+        )
+        .with_variable(common.gpu_variable(multi=False))
+        .with_variable(
+            common.variable(
+                "case",
+                "Case",
+                """
+SELECT case_label || ' [' || method || ']' AS __text, series_key AS __value
+FROM report_series
+WHERE repository = '$repository' AND kernel = '$kernel' AND dtype = '$dtype'
+  AND device_model = '$gpu'
+ORDER BY 1
+""",
+            )
+        )
+        .annotation(
+            common.sql_annotation(
+                "Change points",
+                f"""
+SELECT at AS "time", summary AS text, 'change point,' || direction AS tags
+FROM report_change_points
+WHERE {_SERIES} AND $__timeFilter(at)
+""",
+                "red",
+            )
+        )
+        .annotation(
+            common.sql_annotation(
+                "Bisection verdicts",
+                f"""
+SELECT coalesce(probe_time, at) AS "time", summary AS text, 'bisect,' || verdict AS tags
+FROM report_bisect_steps
+WHERE ({_SERIES} OR regression_id IN (
+    SELECT regression_id FROM report_change_points WHERE {_SERIES}))
+  AND coalesce(probe_time, at) BETWEEN $__timeFrom() AND $__timeTo()
+""",
+                "purple",
+            )
+        )
+        .annotation(
+            common.sql_annotation(
+                "Method changes and baseline resets",
+                f"""
+SELECT at AS "time", text, kind AS tags
+FROM report_annotations
+WHERE ({_SERIES} OR (series_key IS NULL AND repository = '$repository'))
+  AND $__timeFilter(at)
+""",
+                "blue",
+            )
+        )
+        .with_panel(median)
+        .with_panel(
+            common.timeseries_panel(
+                "%SOL and speedup over the stock library",
+                f"""
+SELECT measured_at AS "time", pct_sol, speedup
+FROM report_series_history
+WHERE {_SERIES} AND $__timeFilter(measured_at)
+ORDER BY 1
+""",
+                w=12,
+                h=8,
+                unit="percent",
+            ).override_by_name(
+                "speedup",
+                [
+                    common.unit("x"),
+                    DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+                ],
+            )
+        )
+        .with_panel(
+            common.table_panel(
+                "Change points of this series",
+                f"""
+SELECT at, commit_sha, direction, rel_change, before_ns, after_ns, regression_id,
+  regression_state, detector
+FROM report_change_points
+WHERE {_SERIES}
+ORDER BY at DESC
+""",
+                w=12,
+                h=8,
+            ).override_by_name("rel_change", [common.unit("percentunit")])
+        )
+        .with_panel(
+            common.table_panel(
+                "Points, with the command that measures each commit again",
+                f"""
+SELECT measured_at, commit_sha, median_ns, ci_low_ns, ci_high_ns, rel_ci_halfwidth, n,
+  throttled_count, config, host, device_uuid, run_id, repro
+FROM report_history_points
+WHERE {_SERIES} AND $__timeFilter(measured_at)
+ORDER BY measured_at DESC
+""",
+                w=24,
+                h=10,
+            ).override_by_name("rel_ci_halfwidth", [common.unit("percentunit")])
+        )
+    )

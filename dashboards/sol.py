@@ -1,0 +1,97 @@
+"""Speed-of-light and speedup over the stock library, from the latest nightly run on each
+GPU: "how far is attention from speed-of-light on H200" is the bar chart with
+kernel = flash_attention and GPU = H200."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as sdk
+
+from kernelwatch.dashboards import common
+
+UID = "kw-sol"
+
+_FILTER = """repository = '$repository' AND device_model IN ($gpu) AND kernel IN ($kernel)
+  AND dtype IN ($dtype) AND status = 'ok'"""
+#: Bars drawn, and table rows listed, for the cases furthest from speed-of-light.
+BARS = 40
+TABLE_ROWS = 500
+
+
+def dashboard() -> sdk.Dashboard:
+    """The speed-of-light dashboard."""
+    return (
+        common.new_dashboard(
+            UID,
+            "kernelwatch: speed-of-light and speedup",
+            "Latest nightly run per GPU: %SOL (the larger of compute and memory throughput "
+            "against the GPU's peak), the bound, and speedup over the stock library.",
+            since="30d",
+        )
+        .with_variable(common.repository_variable())
+        .with_variable(common.gpu_variable(multi=True))
+        .with_variable(common.kernel_variable(multi=True))
+        .with_variable(
+            common.variable(
+                "dtype",
+                "dtype",
+                "SELECT DISTINCT dtype FROM report_series "
+                "WHERE repository = '$repository' AND kernel IN ($kernel) ORDER BY 1",
+                multi=True,
+                include_all=True,
+            )
+        )
+        .with_panel(
+            common.bar_panel(
+                f"Furthest from speed-of-light: the {BARS} lowest %SOL",
+                f"""
+SELECT kernel || ' ' || dtype || ' ' || case_label || ' on ' || device_model AS "case",
+  pct_sol
+FROM report_nightly_latest
+WHERE {_FILTER} AND pct_sol IS NOT NULL
+ORDER BY pct_sol
+LIMIT {BARS}
+""",
+                w=12,
+                h=14,
+                unit="percent",
+            )
+            .min(0)
+            .max(100)
+            .reduce_options(common.row_values(BARS))
+            .thresholds(common.sol_thresholds())
+        )
+        .with_panel(
+            common.bar_panel(
+                "Speedup over the stock library (geometric mean per kernel and GPU)",
+                """
+SELECT kernel || ' on ' || device_model AS "kernel", speedup_geomean
+FROM report_nightly_kernels
+WHERE repository = '$repository' AND device_model IN ($gpu) AND kernel IN ($kernel)
+ORDER BY speedup_geomean
+""",
+                w=12,
+                h=14,
+                unit="x",
+            )
+            .reduce_options(common.row_values(BARS))
+            .thresholds(common.thresholds((None, "red"), (1.0, "green")))
+        )
+        .with_panel(
+            common.table_panel(
+                f"The {TABLE_ROWS} cases furthest from speed-of-light: throughput, bound, speedup",
+                f"""
+SELECT kernel, dtype, case_label, device_model, median_ns, tflops, gbps, pct_compute,
+  pct_memory, pct_sol, bound, baseline, baseline_median_ns, speedup, config, commit_sha
+FROM report_nightly_latest
+WHERE {_FILTER}
+ORDER BY pct_sol
+LIMIT {TABLE_ROWS}
+""",
+                w=24,
+                h=12,
+            )
+            .override_by_name("pct_sol", [common.unit("percent"), *common.cell_colors()])
+            .override_by_name("speedup", [common.unit("x")])
+            .thresholds(common.sol_thresholds())
+        )
+    )

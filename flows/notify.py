@@ -1,0 +1,77 @@
+"""Announcing new regressions: a JSON webhook and Slack incoming webhooks.
+
+Grafana's alert rules watch the same regressions (dashboards/); these messages are for teams
+that want the nightly's findings pushed the moment it finishes, with the culprit when
+bisection found one. A target that cannot be reached is reported, never fatal: the
+regression is already stored and Grafana will alert on it anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from kernelwatch.flows.config import Notifications
+
+
+@dataclass(frozen=True)
+class RegressionNotice:
+    """What a message says about one new regression."""
+
+    regression_id: int
+    repository: str
+    title: str
+    magnitude_pct: float | None
+    good: str | None
+    bad: str | None
+    culprit: str | None
+    report: str | None
+
+
+def slack_text(notice: RegressionNotice) -> str:
+    """One Slack message (mrkdwn) for a regression."""
+    size = f" (+{notice.magnitude_pct:.1f}%)" if notice.magnitude_pct is not None else ""
+    where = (
+        f"culprit `{notice.culprit[:12]}`"
+        if notice.culprit
+        else f"between `{(notice.good or '?')[:12]}` and `{(notice.bad or '?')[:12]}`"
+    )
+    report = f"\nreport: {notice.report}" if notice.report else ""
+    return (
+        f":rotating_light: *{notice.repository}* regression #{notice.regression_id}: "
+        f"{notice.title}{size}, {where}{report}"
+    )
+
+
+def send(
+    notices: Sequence[RegressionNotice], targets: Notifications, timeout_s: float = 10.0
+) -> list[str]:
+    """Post every notice to every target; returns one line per target that failed."""
+    problems: list[str] = []
+    if not notices:
+        return problems
+    for url in targets.webhooks:
+        body = {"event": "kernelwatch.regressions", "regressions": [asdict(n) for n in notices]}
+        problems.extend(_post(url, body, timeout_s))
+    for url in targets.slack:
+        for notice in notices:
+            problems.extend(_post(url, {"text": slack_text(notice)}, timeout_s))
+    return problems
+
+
+def _post(url: str, body: dict[str, object], timeout_s: float) -> list[str]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            response.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return [f"notification to {url} failed: {exc}"]
+    return []

@@ -1,0 +1,215 @@
+"""The stages of one commit's run, as plain functions: build, check, time, A/B, assemble the
+run. The Prefect tasks (``tasks.py``) wrap them; tests and the flows share them.
+
+Kernel code runs only in the harness's child processes (``harness/supervise.py``): a crash,
+hang or NaN in one case becomes that case's failure record with the stderr tail, and every
+other case still runs. What is left here is choosing what to run and packaging records.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kernelwatch.flows.config import RepositoryConfig
+from kernelwatch.harness.build import BuildRequest, run_build
+from kernelwatch.harness.buildcache import default_cache_dir
+from kernelwatch.harness.options import BenchOptions
+from kernelwatch.harness.records import (
+    ABMeasurement,
+    BuildMetrics,
+    CommitInfo,
+    CorrectnessResult,
+    Measurement,
+    RunInfo,
+)
+from kernelwatch.harness.suite import SuiteRef
+from kernelwatch.harness.supervise import (
+    ABRequest,
+    BenchRequest,
+    CheckRequest,
+    run_ab,
+    run_benches,
+    run_checks,
+)
+from kernelwatch.store.runfile import Run, RunRecord
+
+
+def suite_at(repo: RepositoryConfig, checkout: Path) -> SuiteRef:
+    """The repository's suite as imported from one checkout."""
+    return SuiteRef(repo.suite, str(checkout))
+
+
+def build_stage(
+    repo: RepositoryConfig, checkout: Path, kernels: Sequence[str]
+) -> list[BuildMetrics]:
+    """Cross-compile ``kernels`` for the repository's archs (none configured: nothing).
+    Unchanged kernels come from the build cache, keyed by their source."""
+    if not repo.archs or not kernels:
+        return []
+    request = BuildRequest(
+        suite=suite_at(repo, checkout),
+        archs=repo.archs,
+        kernels=tuple(kernels),
+        workload=repo.build_workload or repo.workload,
+        dtypes=repo.dtypes,
+        cache_dir=str(default_cache_dir()),
+    )
+    return run_build(request).records
+
+
+def check_stage(
+    repo: RepositoryConfig, checkout: Path, case_timeout_s: float, kernels: Sequence[str] = ()
+) -> list[CorrectnessResult]:
+    """Every selected case against its float64 reference."""
+    request = CheckRequest(
+        suite=suite_at(repo, checkout),
+        kernels=tuple(kernels or repo.kernels),
+        workload=repo.workload,
+        dtypes=repo.dtypes,
+        case_timeout_s=case_timeout_s,
+    )
+    return list(run_checks(request))
+
+
+def buildable_kernels(checks: Iterable[CorrectnessResult]) -> tuple[str, ...]:
+    """The kernels worth cross-compiling: all but those whose host code crashed, hung or
+    raised in the check. Recording a kernel's launches for the build runs that host code
+    again, and one crash there would cost every kernel's build; a wrong result is still
+    built, since its static metrics may explain it."""
+    errored = {c.case.kernel for c in checks if c.verdict == "error"}
+    return tuple(dict.fromkeys(c.case.kernel for c in checks if c.case.kernel not in errored))
+
+
+def timed_kernels(checks: Iterable[CorrectnessResult]) -> tuple[str, ...]:
+    """The kernels worth timing: every case of theirs passed or is unsupported on this
+    device. A kernel with a wrong, crashing or hanging case is not timed: its time would
+    mean nothing, and its failure is already a result."""
+    ok: dict[str, bool] = {}
+    for check in checks:
+        good = check.verdict in ("pass", "unsupported")
+        ok[check.case.kernel] = ok.get(check.case.kernel, True) and good
+    return tuple(kernel for kernel, good in ok.items() if good)
+
+
+def bench_stage(
+    repo: RepositoryConfig,
+    checkout: Path,
+    kernels: Sequence[str],
+    options: BenchOptions,
+    case_timeout_s: float,
+) -> list[Measurement]:
+    """Time ``kernels`` (all of them must have passed correctness) with ``options``."""
+    if not kernels:
+        return []
+    request = BenchRequest(
+        suite=suite_at(repo, checkout),
+        kernels=tuple(kernels),
+        workload=repo.workload,
+        dtypes=repo.dtypes,
+        case_timeout_s=case_timeout_s,
+        options=options,
+    )
+    return list(run_benches(request))
+
+
+def ab_stage(
+    repo: RepositoryConfig,
+    base: Path,
+    head: Path,
+    kernels: Sequence[str] | None,
+    options: BenchOptions,
+    case_timeout_s: float,
+) -> list[ABMeasurement]:
+    """Time ``kernels`` (None: the repository's selection) at ``base`` (A) and ``head`` (B)
+    interleaved on this device."""
+    if kernels is not None and not kernels:
+        return []
+    request = ABRequest(
+        suite=suite_at(repo, base),
+        suite_b=suite_at(repo, head),
+        kernels=tuple(repo.kernels if kernels is None else kernels),
+        workload=repo.workload,
+        dtypes=repo.dtypes,
+        case_timeout_s=case_timeout_s,
+        options=options,
+    )
+    return list(run_ab(request))
+
+
+def split_ab(pairs: Iterable[ABMeasurement]) -> tuple[list[Measurement], list[Measurement]]:
+    """The base side and the head side of A/B records, for storing each with its commit (a
+    case that was not timed is stored on both sides with its status and reason)."""
+    sides = [pair.sides() for pair in pairs]
+    return [base for base, _ in sides], [head for _, head in sides]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Who asked for a run and where it ran: the part of its header the records don't say."""
+
+    trigger: str
+    repository: str
+    pool: str
+    orchestration_id: str | None = None
+
+
+def assemble(
+    context: RunContext,
+    commit: CommitInfo,
+    records: Sequence[RunRecord],
+    started_at: str,
+    base_commit: str | None = None,
+) -> Run | None:
+    """The run of ``records`` at ``commit``; None when no record says which device it ran on
+    (the suite did not even load), since a run without a device cannot be compared."""
+    located = [r for r in records if isinstance(r, CorrectnessResult | Measurement)]
+    if not located:
+        return None
+    first = located[0]
+    info = RunInfo(
+        run_id=str(uuid.uuid4()),
+        trigger=context.trigger,
+        repository=context.repository,
+        suite=first.case.suite,
+        commit=commit,
+        device=first.device,
+        software=first.software,
+        started_at=started_at,
+        status=run_status(records),
+        finished_at=now(),
+        base_commit=base_commit,
+        pool=context.pool,
+        orchestration_id=context.orchestration_id,
+    )
+    return Run.of(info, records)
+
+
+def run_status(records: Iterable[RunRecord]) -> str:
+    """``ok`` when every case ran cleanly, ``partial`` when some failed, crashed or hung."""
+    for record in records:
+        if isinstance(record, CorrectnessResult) and record.verdict in ("fail", "error"):
+            return "partial"
+        if isinstance(record, Measurement | BuildMetrics) and record.status == "error":
+            return "partial"
+    return "ok"
+
+
+def failed_kernels(records: Iterable[RunRecord]) -> dict[str, str]:
+    """Each kernel that failed somewhere in ``records``, with its first reason."""
+    failed: dict[str, str] = {}
+    for record in records:
+        bad = (isinstance(record, CorrectnessResult) and record.verdict in ("fail", "error")) or (
+            isinstance(record, Measurement) and record.status == "error"
+        )
+        if bad:
+            failed.setdefault(record.case.kernel, record.reason)
+    return failed
+
+
+def now() -> str:
+    """The current time in the records' ISO-8601 form."""
+    return datetime.now(UTC).isoformat()

@@ -1,0 +1,118 @@
+"""The pull-request flow: base and head built, checked and timed interleaved on one device;
+a verdict per case, the static diff, a markdown comment and an HTML report.
+
+Result: 0 no regression, 1 regression (a case SLOWER beyond the margin, a static
+regression, or a kernel that fails its check at head), 2 the check itself could not be
+made. Deployed per pool (``prefect.yaml``), run locally by ``kernelwatch pr-check``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from kernelwatch.flows import config as configuration
+from kernelwatch.flows import pipeline, tasks
+from kernelwatch.flows.report_cli import report_sources
+from kernelwatch.flows.reporting import artifact_key
+from kernelwatch.flows.repos import commit_info
+from kernelwatch.harness.build import BuildFailed
+from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
+from kernelwatch.harness.worktree import checkout, resolve
+from kernelwatch.report.compare import comparison_from_runs
+from kernelwatch.report.html import write_compare_report
+from kernelwatch.report.markdown import MARKER, pr_comment
+
+NO_REGRESSION, REGRESSION, ERROR = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class PrCheckSummary:
+    """The outcome (0/1/2), the files written for people, and why when it is 2."""
+
+    repository: str
+    base: str
+    head: str
+    outcome: int
+    comment: str | None = None
+    report: str | None = None
+    error: str | None = None
+
+
+@flow(name="pr_check")
+def pr_check(
+    base: str,
+    head: str,
+    repository: str | None = None,
+    pool: str = configuration.LOCAL_POOL,
+    out_dir: str | None = None,
+) -> PrCheckSummary:
+    """Compare ``head`` against ``base`` of ``repository`` on this worker's device."""
+    config = configuration.load()
+    repo = config.repository(repository)
+    config.pool(pool)
+    path = tasks.sync_repository(repo)
+    base_sha, head_sha = resolve(path, base), resolve(path, head)
+    out = Path(out_dir or Path(config.run.report_dir) / f"pr-{base_sha[:8]}-{head_sha[:8]}")
+    context = pipeline.RunContext("pr", repo.name, pool, tasks.flow_run_id())
+    started = pipeline.now()
+    timeout = config.run.case_timeout_s
+    with checkout(path, base_sha) as a, checkout(path, head_sha) as b:
+        try:
+            checks_a = tasks.check(repo, a.path, timeout)
+            checks_b = tasks.check(repo, b.path, timeout)
+            builds_a = tasks.build(repo, base_sha, a.path, pipeline.buildable_kernels(checks_a))
+            builds_b = tasks.build(repo, head_sha, b.path, pipeline.buildable_kernels(checks_b))
+        except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
+            return _error(repo.name, base_sha, head_sha, str(exc))
+        passed_a = set(pipeline.timed_kernels(checks_a))
+        kernels = tuple(k for k in pipeline.timed_kernels(checks_b) if k in passed_a)
+        pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout)
+    side_a, side_b = pipeline.split_ab(pairs)
+    run_a = pipeline.assemble(
+        context, commit_info(path, base_sha), [*builds_a, *checks_a, *side_a], started
+    )
+    run_b = pipeline.assemble(
+        context,
+        commit_info(path, head_sha),
+        [*builds_b, *checks_b, *side_b],
+        started,
+        base_commit=base_sha,
+    )
+    if run_a is None or run_b is None:
+        return _error(repo.name, base_sha, head_sha, "no case ran at base or head")
+    for run in (run_a, run_b):
+        if tasks.store(run).spooled is not None:
+            return _error(
+                repo.name, base_sha, head_sha, "the store is unreachable; the runs were spooled"
+            )
+    with tasks.store_connection() as conn:
+        comparison = comparison_from_runs(
+            conn, run_a.info.run_id, run_b.info.run_id, config.verdict
+        )
+        report = write_compare_report(
+            conn,
+            run_a.info.run_id,
+            run_b.info.run_id,
+            out,
+            comparison=comparison,
+            sources=report_sources(config),
+        )
+    comment = out / "pr-comment.md"
+    markdown = pr_comment(comparison, report_link=str(report))
+    comment.write_text(markdown)
+    create_markdown_artifact(markdown, key=artifact_key("pr-check", repo.name, head_sha[:12]))
+    return PrCheckSummary(
+        repo.name, base_sha, head_sha, comparison.outcome, str(comment), str(report)
+    )
+
+
+def _error(repository: str, base: str, head: str, message: str) -> PrCheckSummary:
+    create_markdown_artifact(
+        f"{MARKER.format(outcome=ERROR)}\n# pr check could not run\n\n{message}\n",
+        key=artifact_key("pr-check", repository, head[:12]),
+    )
+    return PrCheckSummary(repository, base, head, ERROR, error=message)

@@ -1,0 +1,81 @@
+"""The tracked repositories as git sees them: a local checkout of each (cloned and fetched
+into the cache when the configuration names a URL), its commits, and commit ranges."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+from kernelwatch.flows.config import RepositoryConfig
+from kernelwatch.harness.records import CommitInfo
+from kernelwatch.harness.worktree import RevisionError, resolve
+
+
+class InfrastructureError(RuntimeError):
+    """Something outside the kernels failed (git fetch, the network, a full disk): worth a
+    retry, unlike a kernel's failure, which is a result."""
+
+
+def cache_dir() -> Path:
+    """Where remote repositories are cloned: ``$XDG_CACHE_HOME/kernelwatch/repos``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kernelwatch" / "repos"
+
+
+def sync(repo: RepositoryConfig) -> Path:
+    """A local checkout of ``repo`` with its branch up to date. A local path is used as it
+    is (its history is the truth); a URL is cloned once, then fetched."""
+    if "://" not in repo.source and not repo.source.startswith("git@"):
+        path = Path(repo.source).expanduser()
+        if not (path / ".git").exists():
+            raise RevisionError(
+                f"repository {repo.name}: {repo.source} is not a git checkout; fix its "
+                "`source` in the configuration"
+            )
+        return path
+    digest = hashlib.sha256(repo.source.encode()).hexdigest()[:12]
+    path = cache_dir() / f"{repo.name}-{digest}"
+    if not (path / ".git").exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _git_or_raise(path.parent, "clone", "--quiet", repo.source, str(path))
+    else:
+        _git_or_raise(path, "fetch", "--quiet", "--prune", "origin")
+    # Local branch names track the remote's, so revisions like `main` mean the fetched head.
+    _git_or_raise(path, "update-ref", f"refs/heads/{repo.branch}", f"origin/{repo.branch}")
+    return path
+
+
+def commit_info(path: Path, rev: str, branch: str | None = None) -> CommitInfo:
+    """What git says about the commit ``rev`` names."""
+    sha = resolve(path, rev)
+    out = _git_or_raise(path, "show", "-s", "--format=%P%n%aI%n%B", sha)
+    parents, author_time, message = [*out.split("\n", 2), "", ""][:3]
+    return CommitInfo(sha, tuple(parents.split()), author_time, message.strip(), branch)
+
+
+def commits_between(path: Path, good: str, bad: str) -> list[str]:
+    """``good``, then every commit on the first-parent path to ``bad``, oldest first: the
+    range a bisection searches. Raises :class:`RevisionError` if ``good`` is not an
+    ancestor of ``bad``."""
+    good_sha, bad_sha = resolve(path, good), resolve(path, bad)
+    if good_sha == bad_sha:
+        raise RevisionError(f"good and bad are the same commit {good_sha[:12]}")
+    ancestor = subprocess.run(
+        ["git", "merge-base", "--is-ancestor", good_sha, bad_sha], cwd=path, capture_output=True
+    )
+    if ancestor.returncode != 0:
+        raise RevisionError(f"{good_sha[:12]} is not an ancestor of {bad_sha[:12]}")
+    out = _git_or_raise(
+        path, "rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{good_sha}..{bad_sha}"
+    )
+    return [good_sha, *out.split()]
+
+
+def _git_or_raise(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise InfrastructureError(f"git {args[0]} in {cwd} failed: {last}")
+    return proc.stdout

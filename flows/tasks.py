@@ -1,0 +1,192 @@
+"""Prefect tasks: the pipeline stages (``pipeline.py``) with orchestration attached.
+
+- Retries are for infrastructure only (git, the database, the disk): a kernel's failure is
+  a result and a regression is a finding, and re-running either until it goes away would
+  hide exactly what kernelwatch exists to show.
+- The build is cached by commit, suite, targets and toolchain: a commit built once (by a
+  nightly, a PR check or a bisection) is not built again; below that, the build cache skips
+  unchanged kernels by their source hash.
+- Timing holds a global concurrency slot named after the device, so two benchmarks never
+  share a GPU, whatever the pools and schedules say.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.concurrency.sync import concurrency
+from prefect.context import TaskRunContext
+from prefect.runtime import flow_run
+
+from kernelwatch.analysis.changepoints import DetectorConfig
+from kernelwatch.flows import pipeline
+from kernelwatch.flows.config import RepositoryConfig
+from kernelwatch.flows.detection import PassReport, detect_and_alert
+from kernelwatch.flows.repos import InfrastructureError, sync
+from kernelwatch.harness.options import BenchOptions
+from kernelwatch.harness.records import (
+    ABMeasurement,
+    BuildMetrics,
+    CorrectnessResult,
+    Measurement,
+)
+from kernelwatch.harness.timing import HARNESS_VERSION
+from kernelwatch.store.config import load_config
+from kernelwatch.store.connect import StoreUnavailable, connect, resolve
+from kernelwatch.store.runfile import Run
+from kernelwatch.store.spool import Submitted, Submitter
+
+#: Exceptions a retry can cure.
+INFRASTRUCTURE = (InfrastructureError, StoreUnavailable, psycopg.OperationalError, OSError)
+_RETRY: dict[str, Any] = {"retries": 2, "retry_delay_seconds": 20}
+# Only the build is worth caching; hashing the other tasks' inputs (whole runs) would cost
+# time for nothing.
+_UNCACHED: dict[str, Any] = {"cache_policy": NO_CACHE}
+
+
+def infrastructure_only(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect's retry condition: retry a task only when it failed for an infrastructure
+    reason (see :data:`INFRASTRUCTURE`)."""
+    try:
+        state.result()
+    except INFRASTRUCTURE:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+def flow_run_id() -> str | None:
+    """The Prefect flow run this code runs in, kept in each run's provenance."""
+    run_id = flow_run.id
+    return str(run_id) if run_id else None
+
+
+def device_slot_name() -> str:
+    """The concurrency limit guarding this process's device: one per host and visible GPU
+    set (a host with eight GPUs runs eight workers, each pinned by CUDA_VISIBLE_DEVICES)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"device-{socket.gethostname()}-{visible}")
+
+
+@contextmanager
+def device_slot() -> Iterator[None]:
+    """Hold this device's only slot while timing (the limit is created on first use)."""
+    name = device_slot_name()
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(name, 1)
+    with concurrency(name, occupy=1, strict=True, lease_duration=600):
+        yield
+
+
+def _build_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
+    repo: RepositoryConfig = parameters["repo"]
+    parts = (
+        repo.name,
+        parameters["sha"],
+        repo.suite,
+        ",".join(repo.archs),
+        ",".join(parameters["kernels"]),
+        ",".join(repo.dtypes),
+        repo.build_workload or repo.workload,
+        f"h{HARNESS_VERSION}",
+        f"triton{version('triton')}",
+    )
+    return "build-" + "-".join(parts)
+
+
+@task(
+    name="sync-repository",
+    **_UNCACHED,
+    retry_condition_fn=infrastructure_only,
+    **_RETRY,
+)
+def sync_repository(repo: RepositoryConfig) -> Path:
+    """The repository's local checkout, fetched if it is remote."""
+    return sync(repo)
+
+
+@task(
+    name="build",
+    cache_key_fn=_build_key,
+    cache_expiration=timedelta(days=90),
+    persist_result=True,
+    retry_condition_fn=infrastructure_only,
+    **_RETRY,
+)
+def build(
+    repo: RepositoryConfig, sha: str, checkout: Path, kernels: tuple[str, ...]
+) -> list[BuildMetrics]:
+    """Cross-compile one commit's ``kernels`` for the repository's archs."""
+    return pipeline.build_stage(repo, checkout, kernels)
+
+
+@task(name="check", **_UNCACHED)
+def check(
+    repo: RepositoryConfig, checkout: Path, case_timeout_s: float, kernels: tuple[str, ...] = ()
+) -> list[CorrectnessResult]:
+    """Check one commit's kernels against their references."""
+    return pipeline.check_stage(repo, checkout, case_timeout_s, kernels)
+
+
+@task(name="bench", **_UNCACHED)
+def bench(
+    repo: RepositoryConfig,
+    checkout: Path,
+    kernels: tuple[str, ...],
+    options: BenchOptions,
+    case_timeout_s: float,
+) -> list[Measurement]:
+    """Time one commit's kernels, alone on the device."""
+    with device_slot():
+        return pipeline.bench_stage(repo, checkout, kernels, options, case_timeout_s)
+
+
+@task(name="ab", **_UNCACHED)
+def ab(
+    repo: RepositoryConfig,
+    base: Path,
+    head: Path,
+    kernels: tuple[str, ...] | None,
+    options: BenchOptions,
+    case_timeout_s: float,
+) -> list[ABMeasurement]:
+    """Time two commits' kernels (None: the repository's selection) interleaved, alone on
+    the device."""
+    with device_slot():
+        return pipeline.ab_stage(repo, base, head, kernels, options, case_timeout_s)
+
+
+@task(name="store", **_UNCACHED, retry_condition_fn=infrastructure_only, **_RETRY)
+def store(run: Run) -> Submitted:
+    """Ingest a run; if the database cannot be reached it is spooled for `db replay`."""
+    submitter = Submitter()
+    try:
+        return submitter.submit(run)
+    finally:
+        submitter.close()
+
+
+@task(name="detect", **_UNCACHED, retry_condition_fn=infrastructure_only, **_RETRY)
+def detect(repository: str, config: DetectorConfig) -> PassReport:
+    """One detection pass over the repository's stored history."""
+    with store_connection() as conn:
+        return detect_and_alert(conn, repository, config)
+
+
+def store_connection() -> psycopg.Connection:
+    """A connection to the configured store (the embedded server is started if it is the
+    one in use); raises StoreUnavailable or SchemaMismatch."""
+    return connect(resolve(load_config()).url)

@@ -1,0 +1,221 @@
+"""Two stored runs compared case by case: what a PR check decides and a PR comment shows.
+
+``comparison_from_runs`` reads both runs from the store; ``compare_runs`` is the pure part:
+per case in both runs the A/B verdict on the stored raw samples (``analysis.verdict``),
+static regressions between the two runs' builds (``analysis.static_diff``), correctness
+failures at head, and what kept a case or the whole comparison from being judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import psycopg
+
+from kernelwatch.analysis.confirm import counted_samples
+from kernelwatch.analysis.static_diff import Finding, diff_builds
+from kernelwatch.analysis.verdict import ABVerdict, ABVerdictName, VerdictConfig, compare
+from kernelwatch.harness.records import BuildMetrics
+from kernelwatch.store.report_queries import (
+    CorrectnessRow,
+    MeasurementRow,
+    MeasurementSamples,
+    RunHeader,
+    run_builds,
+    run_correctness,
+    run_header,
+    run_measurements,
+    run_samples,
+)
+
+Outcome = Literal[0, 1, 2]
+_DEFAULT = VerdictConfig()
+
+
+@dataclass(frozen=True)
+class CaseComparison:
+    """One case measured in both runs: its verdict, or ``problem`` saying why there is none
+    (a side errored, or too few samples counted)."""
+
+    base: MeasurementRow
+    head: MeasurementRow
+    verdict: ABVerdict | None
+    problem: str = ""
+
+    @property
+    def verdict_name(self) -> ABVerdictName | Literal["ERROR"]:
+        """The A/B verdict, or ``ERROR`` when the case could not be compared."""
+        return self.verdict.verdict if self.verdict is not None else "ERROR"
+
+
+@dataclass(frozen=True)
+class RunSide:
+    """What a comparison reads of one run."""
+
+    header: RunHeader
+    measurements: Sequence[MeasurementRow]
+    samples: Mapping[str, MeasurementSamples]
+    builds: Sequence[BuildMetrics]
+    correctness: Sequence[CorrectnessRow]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Head against base. ``problem`` is set when the comparison itself could not be made
+    (nothing in common, different device models); ``notes`` qualify one that was made."""
+
+    base: RunHeader
+    head: RunHeader
+    config: VerdictConfig
+    cases: tuple[CaseComparison, ...]
+    only_base: tuple[MeasurementRow, ...]
+    only_head: tuple[MeasurementRow, ...]
+    static: tuple[Finding, ...]
+    correctness_failures: tuple[CorrectnessRow, ...]
+    problem: str
+    notes: tuple[str, ...]
+
+    def with_verdict(self, name: str) -> list[CaseComparison]:
+        """The cases with verdict ``name`` (``ERROR``: not compared), worst first: by the
+        distance of the ratio from 1."""
+        chosen = [c for c in self.cases if c.verdict_name == name]
+        return sorted(chosen, key=_severity, reverse=True)
+
+    @property
+    def slower(self) -> list[CaseComparison]:
+        """Cases slower at head beyond the margin."""
+        return self.with_verdict("SLOWER")
+
+    @property
+    def faster(self) -> list[CaseComparison]:
+        """Cases faster at head beyond the margin."""
+        return self.with_verdict("FASTER")
+
+    @property
+    def errored(self) -> list[CaseComparison]:
+        """Cases in both runs that could not be compared."""
+        return self.with_verdict("ERROR")
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The measurement methods of the compared cases."""
+        return tuple(sorted({c.head.method for c in self.cases}))
+
+    @property
+    def outcome(self) -> Outcome:
+        """0: no regression; 1: a case SLOWER, a static regression or a correctness failure
+        at head; 2: the comparison could not be made."""
+        if self.problem:
+            return 2
+        if self.slower or self.static or self.correctness_failures:
+            return 1
+        return 0
+
+
+def comparison_from_runs(
+    conn: psycopg.Connection,
+    base_run_id: str,
+    head_run_id: str,
+    config: VerdictConfig = _DEFAULT,
+) -> Comparison:
+    """Compare the stored run ``head_run_id`` against ``base_run_id``. Raises
+    ``store.report_queries.RunNotFound`` when either run is not stored."""
+    return compare_runs(_side(conn, base_run_id), _side(conn, head_run_id), config)
+
+
+def compare_runs(base: RunSide, head: RunSide, config: VerdictConfig = _DEFAULT) -> Comparison:
+    """The comparison of two runs already read from the store."""
+    head_by_key = {m.series_key: m for m in head.measurements}
+    base_keys = {m.series_key for m in base.measurements}
+    cases = tuple(
+        _compare_case(m, head_by_key[m.series_key], base.samples, head.samples, config)
+        for m in base.measurements
+        if m.series_key in head_by_key
+    )
+    failures = tuple(c for c in head.correctness if c.verdict in ("fail", "error"))
+    return Comparison(
+        base=base.header,
+        head=head.header,
+        config=config,
+        cases=cases,
+        only_base=tuple(m for m in base.measurements if m.series_key not in head_by_key),
+        only_head=tuple(m for m in head.measurements if m.series_key not in base_keys),
+        static=tuple(diff_builds(base.builds, head.builds)),
+        correctness_failures=failures,
+        problem=_problem(base.header, head.header, cases),
+        notes=_notes(base.header, head.header),
+    )
+
+
+def _side(conn: psycopg.Connection, run_id: str) -> RunSide:
+    header = run_header(conn, run_id)
+    return RunSide(
+        header=header,
+        measurements=run_measurements(conn, header.run_id),
+        samples=run_samples(conn, header.run_id),
+        builds=run_builds(conn, header.run_id),
+        correctness=run_correctness(conn, header.run_id),
+    )
+
+
+def _compare_case(
+    base: MeasurementRow,
+    head: MeasurementRow,
+    base_samples: Mapping[str, MeasurementSamples],
+    head_samples: Mapping[str, MeasurementSamples],
+    config: VerdictConfig,
+) -> CaseComparison:
+    for side, row in (("base", base), ("head", head)):
+        if row.status != "ok":
+            reason = f": {row.reason}" if row.reason else ""
+            return CaseComparison(base, head, None, f"{side} {row.status}{reason}")
+    a_ns, a_clock = counted_samples(base_samples[base.series_key])
+    b_ns, b_clock = counted_samples(head_samples[head.series_key])
+    both_clocks = a_clock is not None and b_clock is not None
+    try:
+        verdict = compare(
+            a_ns, b_ns, config, a_clock if both_clocks else None, b_clock if both_clocks else None
+        )
+    except ValueError as exc:
+        return CaseComparison(
+            base, head, None, f"{exc} (counted: base {a_ns.size}, head {b_ns.size})"
+        )
+    return CaseComparison(base, head, verdict)
+
+
+def _problem(base: RunHeader, head: RunHeader, cases: Sequence[CaseComparison]) -> str:
+    if base.repository != head.repository:
+        return f"the runs are of different repositories ({base.repository}, {head.repository})"
+    if base.device.name != head.device.name:
+        return (
+            f"base ran on {base.device.name} and head on {head.device.name}: an A/B "
+            "comparison needs one device"
+        )
+    if not cases:
+        return "the runs have no measured case in common"
+    if all(c.verdict is None for c in cases):
+        return f"none of the {len(cases)} cases in common could be compared (see errors)"
+    return ""
+
+
+def _notes(base: RunHeader, head: RunHeader) -> tuple[str, ...]:
+    notes = []
+    if (base.device.host, base.device.uuid) != (head.device.host, head.device.uuid):
+        notes.append(
+            "base and head ran on different GPUs of the same model: the ratios include any "
+            "difference between the two devices"
+        )
+    if base.trigger != "pr" or head.trigger != "pr":
+        notes.append(
+            "not an interleaved A/B pair: the ratios compare two separate runs, so drift "
+            "between them counts as change"
+        )
+    return tuple(notes)
+
+
+def _severity(case: CaseComparison) -> float:
+    if case.verdict is None:
+        return 0.0
+    return abs(case.verdict.ratio - 1.0)

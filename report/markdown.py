@@ -1,0 +1,203 @@
+"""The PR comment: a headline verdict, the cases slower and faster beyond noise, static
+regressions, correctness failures at head, and a pointer to the full report, in GitHub
+markdown that never exceeds the comment size limit.
+
+When everything does not fit, rows are kept in order of importance (slower cases first,
+worst first) and each table that lost rows says how many were left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kernelwatch.report import format as fmt
+from kernelwatch.report.compare import CaseComparison, Comparison
+
+#: GitHub refuses a comment body longer than this many characters.
+GITHUB_LIMIT = 65536
+#: The first line of every comment: the PR workflow finds its earlier comment by it and reads
+#: the outcome from it.
+MARKER = "<!-- kernelwatch:pr-check outcome={outcome} -->"
+_CELL_MAX = 160
+#: Rows every table keeps before any table gets more, when not everything fits.
+_FIRST_ROWS = 10
+_CUT = "\n\n_(comment cut to fit GitHub's size limit; see the full report)_\n"
+
+
+@dataclass(frozen=True)
+class _Table:
+    title: str
+    noun: str
+    columns: tuple[str, ...]
+    rows: tuple[str, ...]
+
+    def header(self) -> str:
+        line = "| " + " | ".join(self.columns) + " |\n"
+        return (
+            f"\n#### {self.title} ({len(self.rows)})\n\n"
+            + line
+            + "|---" * len(self.columns)
+            + "|\n"
+        )
+
+    def note(self, left_out: int) -> str:
+        return f"\n_…and {left_out} more {self.noun} not shown: see the full report._\n"
+
+
+def pr_comment(
+    comparison: Comparison, report_link: str | None = None, limit: int = GITHUB_LIMIT
+) -> str:
+    """The markdown comment for a PR check, at most ``limit`` characters long."""
+    head = _headline(comparison)
+    tail = _tail(comparison, report_link)
+    return _fit(head, _tables(comparison), tail, limit)
+
+
+def _headline(c: Comparison) -> str:
+    lines = [MARKER.format(outcome=c.outcome)]
+    if c.outcome == 2:
+        lines.append(f"### ⚠️ kernelwatch could not compare this PR: {_text(c.problem)}")
+    elif c.outcome == 1:
+        found = [
+            _count(len(c.slower), "case slower", "cases slower"),
+            _count(len(c.static), "static regression", "static regressions"),
+            _count(len(c.correctness_failures), "correctness failure", "correctness failures"),
+        ]
+        lines.append(f"### ❌ kernelwatch: {', '.join(f for f in found if f)}")
+    else:
+        faster = f" ({len(c.faster)} faster)" if c.faster else ""
+        lines.append(f"### ✅ kernelwatch: no regression{faster}")
+    device = c.head.device
+    lines.append(
+        f"`{fmt.sha(c.base.commit_sha)}` → `{fmt.sha(c.head.commit_sha)}` on {_text(device.name)} "
+        f"({_text(device.host)}) · {len(c.cases)} cases compared · verdicts at "
+        f"±{c.config.margin:.1%} with {c.config.confidence:.0%} CIs"
+    )
+    lines.extend(f"> {_text(note)}" for note in c.notes)
+    return "\n".join(lines) + "\n"
+
+
+def _tables(c: Comparison) -> list[_Table]:
+    case_columns = ("kernel", "case", "dtype", "ratio", "95% CI", "base", "head")
+    return [
+        _Table("Slower", "slower cases", case_columns, tuple(_case_row(x) for x in c.slower)),
+        _Table(
+            "Correctness failures at head",
+            "correctness failures",
+            ("kernel", "case", "dtype", "verdict", "reason"),
+            tuple(
+                _row(f.kernel, f.case_label, f.dtype, f.verdict, f.reason)
+                for f in c.correctness_failures
+            ),
+        ),
+        _Table(
+            "Static regressions",
+            "static regressions",
+            ("kernel", "function", "arch", "dtype", "rule", "before → after", "what"),
+            tuple(
+                _row(
+                    s.kernel,
+                    s.function,
+                    s.arch,
+                    s.dtype,
+                    s.rule,
+                    f"{s.before} → {s.after}",
+                    s.message,
+                )
+                for s in c.static
+            ),
+        ),
+        _Table(
+            "Not compared",
+            "cases not compared",
+            ("kernel", "case", "dtype", "why"),
+            tuple(
+                _row(x.head.kernel, x.head.case_label, x.head.dtype, x.problem) for x in c.errored
+            ),
+        ),
+        _Table("Faster", "faster cases", case_columns, tuple(_case_row(x) for x in c.faster)),
+    ]
+
+
+def _tail(c: Comparison, report_link: str | None) -> str:
+    same = len(c.with_verdict("SAME"))
+    ambiguous = len(c.with_verdict("AMBIGUOUS"))
+    parts = [f"{same} cases the same within ±{c.config.margin:.1%}"]
+    if ambiguous:
+        parts.append(f"{ambiguous} ambiguous (more samples would settle them)")
+    if c.only_base:
+        parts.append(f"{len(c.only_base)} only at base")
+    if c.only_head:
+        parts.append(f"{len(c.only_head)} only at head")
+    lines = ["", "; ".join(parts) + "."]
+    if report_link:
+        lines.append(f"Full report: {report_link}")
+    else:
+        base, head = fmt.sha(c.base.commit_sha), fmt.sha(c.head.commit_sha)
+        lines.append(f"Full report: `kernelwatch report --compare {base} {head} --out DIR`")
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def _fit(head: str, tables: Sequence[_Table], tail: str, limit: int) -> str:
+    tables = [t for t in tables if t.rows]
+    # Every table's header and its worst-case "left out" note are reserved first. Rows then
+    # fill what is left in order of importance: the first few of every table, so a static
+    # regression is not crowded out by a thousand slower cases, then the rest.
+    fixed = len(head) + len(tail) + sum(len(t.header()) + len(t.note(len(t.rows))) for t in tables)
+    budget = limit - fixed
+    if budget < 0:
+        return _cut(head + "".join(t.header() for t in tables) + tail, limit)
+    shown = [0] * len(tables)
+    for floor in (_FIRST_ROWS, None):
+        for i, table in enumerate(tables):
+            cap = len(table.rows) if floor is None else min(floor, len(table.rows))
+            while shown[i] < cap and len(table.rows[shown[i]]) <= budget:
+                budget -= len(table.rows[shown[i]])
+                shown[i] += 1
+    out = [head]
+    for table, count in zip(tables, shown, strict=True):
+        out += [table.header(), *table.rows[:count]]
+        if count < len(table.rows):
+            out.append(table.note(len(table.rows) - count))
+    out.append(tail)
+    return "".join(out)
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    if limit <= len(_CUT):
+        return text[:limit]
+    return text[: limit - len(_CUT)] + _CUT
+
+
+def _case_row(x: CaseComparison) -> str:
+    v = x.verdict
+    return _row(
+        x.head.kernel,
+        x.head.case_label,
+        x.head.dtype,
+        fmt.ratio(v.ratio if v else None),
+        fmt.interval(v.ci_low if v else None, v.ci_high if v else None),
+        fmt.duration(x.base.median_ns),
+        fmt.duration(x.head.median_ns),
+    )
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(_text(_clip(cell)) for cell in cells) + " |\n"
+
+
+def _clip(value: str) -> str:
+    return value if len(value) <= _CELL_MAX else value[: _CELL_MAX - 1] + "…"
+
+
+def _text(value: str) -> str:
+    # One table cell or line: no line breaks, no column separators, no raw HTML.
+    flat = " ".join(str(value).split())
+    return flat.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return "" if n == 0 else f"{n} {one if n == 1 else many}"

@@ -1,0 +1,57 @@
+"""The command that re-times one row of a report at its commit.
+
+The store keeps a repository's name and its suite's name, not where its checkout lives or
+which module the suite is: those come from ``kernelwatch.toml`` (``[[repositories]]``
+``source`` and ``suite``), passed in as a :class:`Source`. Without one, the repository name
+stands in for the checkout and the stored suite name for the suite.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+#: Where a URL source is cloned by the repro command.
+CLONE_DIR = "kw-repro"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a repository's kernels can run again: a local checkout or a git URL, and the
+    suite (a module in it, or a path to a suite file) as ``kernelwatch bench --suite``
+    takes it."""
+
+    location: str
+    suite: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """One row to reproduce: a kernel's workload and dtype at a commit."""
+
+    repository: str
+    suite: str
+    sha: str | None
+    kernel: str
+    workload: str
+    dtype: str
+
+
+def bench_command(target: Target, source: Source | None = None) -> str:
+    """A shell command that checks the commit out and times the row's kernel, workload and
+    dtype (every case of that workload: ``bench`` selects no finer)."""
+    location = source.location if source is not None else target.repository
+    suite = source.suite if source is not None else target.suite
+    steps = []
+    checkout = location
+    if "://" in location or location.startswith("git@"):
+        steps.append(f"git clone {shlex.quote(location)} {CLONE_DIR}")
+        checkout = CLONE_DIR
+    if target.sha:
+        steps.append(f"git -C {shlex.quote(checkout)} checkout --detach {shlex.quote(target.sha)}")
+    bench = [
+        "kernelwatch", "bench", "--repo", checkout, "--suite", suite, "--kernel", target.kernel,
+        "--workload", target.workload, "--dtype", target.dtype,
+    ]  # fmt: skip
+    steps.append(shlex.join(bench))
+    return " && ".join(steps)

@@ -1,0 +1,230 @@
+"""Bisection on A/B verdicts, driven by synthetic probes: a simulated history whose verdicts
+come from the real ``compare`` on noisy samples, and scripted verdicts for the edge cases."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from kernelwatch.analysis.bisect import BisectConfig, Probe, bisect
+from kernelwatch.analysis.verdict import ABVerdict, compare
+
+
+def _commits(n: int) -> list[str]:
+    """``n`` commits, oldest first, with sha-like names."""
+    return [f"{i:02d}" + "c" * 38 for i in range(n)]
+
+
+class History:
+    """Each commit's true time per case, relative to the good commit; a probe times it
+    against the good commit with lognormal noise (3% by default), more samples each round."""
+
+    def __init__(
+        self, commits: Sequence[str], levels: Mapping[str, Sequence[float]], noise: float = 0.03
+    ) -> None:
+        self.noise = noise
+        self.levels = {
+            c: {case: lv[i] for case, lv in levels.items()} for i, c in enumerate(commits)
+        }
+        self.rng = np.random.default_rng(7)
+        self.calls: list[tuple[str, int]] = []
+
+    def __call__(self, commit: str, round_: int) -> Probe:
+        self.calls.append((commit, round_))
+        n = 40 * 2**round_
+        verdicts = {}
+        for case, level in self.levels[commit].items():
+            a = 1e5 * np.exp(self.rng.normal(0, self.noise, n))
+            b = 1e5 * level * np.exp(self.rng.normal(0, self.noise, n))
+            verdicts[case] = compare(a, b)
+        return Probe(verdicts, gpu_seconds=n * 0.01)
+
+
+def _step(at: int, n: int, size: float = 2.0) -> list[float]:
+    return [1.0] * at + [size] * (n - at)
+
+
+@pytest.mark.parametrize("n", range(2, 10))
+def test_the_culprit_is_found_at_every_position(n):
+    commits = _commits(n)
+    for culprit in range(1, n):
+        history = History(commits, {"gemm": _step(culprit, n)})
+        outcome = bisect(commits, history, budget_s=1e9)
+        assert outcome.status == "found", (n, culprit, outcome.reason)
+        assert outcome.culprit == commits[culprit] and outcome.range == (outcome.culprit,) * 2
+        assert history.calls[0] == (commits[-1], 0)  # the bad end is verified first
+        probed = {commit for commit, _ in history.calls}
+        assert len(probed) <= 1 + math.ceil(math.log2(n - 1))  # binary search, plus the end
+        assert outcome.cases == ("gemm",)
+        assert outcome.gpu_seconds == pytest.approx(sum(s.gpu_seconds for s in outcome.steps))
+
+
+def test_flat_history_is_not_reproduced_after_one_probe():
+    commits = _commits(6)
+    history = History(commits, {"gemm": [1.0] * 6, "softmax": [1.0] * 6}, noise=0.005)
+    outcome = bisect(commits, history, budget_s=1e9)
+    assert outcome.status == "not_reproduced" and outcome.culprit is None
+    assert history.calls == [(commits[-1], 0)]
+    assert outcome.range == (commits[1], commits[-1])
+    assert "is not SLOWER" in outcome.reason
+
+
+def test_noisy_flat_history_is_not_reproduced_within_max_rounds():
+    commits = _commits(6)
+    history = History(commits, {"gemm": [1.0] * 6}, noise=0.05)
+    outcome = bisect(commits, history, budget_s=1e9)
+    assert outcome.status == "not_reproduced"
+    assert {c for c, _ in history.calls} == {commits[-1]} and len(history.calls) <= 3
+
+
+def test_only_the_cases_slower_at_the_bad_end_are_followed():
+    commits = _commits(8)
+    levels = {"gemm": _step(5, 8), "softmax": [1.0, 0.7, 1.3, 1.0, 0.7, 1.3, 1.0, 1.0]}
+    outcome = bisect(commits, History(commits, levels), budget_s=1e9)
+    assert outcome.cases == ("gemm",)
+    assert (outcome.status, outcome.culprit) == ("found", commits[5])
+
+
+def test_a_smaller_separate_slowdown_is_not_taken_for_the_culprit():
+    commits = _commits(10)
+    # +20% at commit 2, then x2 on top at commit 6.
+    levels = {"gemm": [1.0, 1.0] + [1.2] * 4 + [2.4] * 4}
+    assert bisect(commits, History(commits, levels), 1e9).culprit == commits[6]
+    any_slowdown = BisectConfig(bad_fraction=0.0)
+    assert bisect(commits, History(commits, levels), 1e9, any_slowdown).culprit == commits[2]
+
+
+def _verdict(name: str, ratio: float, low: float, high: float, more: int | None = 10):
+    return ABVerdict(name, ratio, low, high, 1e-6, 40, 40, more, None, "")
+
+
+SLOWER = _verdict("SLOWER", 2.0, 1.9, 2.1)
+SAME = _verdict("SAME", 1.0, 0.995, 1.005)
+AMBIGUOUS = _verdict("AMBIGUOUS", 1.4, 0.9, 2.2)
+
+
+class Script:
+    """A probe that answers from a table: (commit, round) -> verdict or error text; commits
+    not listed are SAME before ``culprit`` and SLOWER from it."""
+
+    def __init__(self, commits: list[str], culprit: int, table=None, cost: float = 1.0) -> None:
+        self.commits, self.culprit, self.table, self.cost = commits, culprit, table or {}, cost
+        self.calls: list[tuple[str, int]] = []
+
+    def __call__(self, commit: str, round_: int) -> Probe:
+        self.calls.append((commit, round_))
+        answer = self.table.get((self.commits.index(commit), round_))
+        if answer is None:
+            answer = SLOWER if self.commits.index(commit) >= self.culprit else SAME
+        if isinstance(answer, str):
+            return Probe({}, self.cost, {"gemm": answer})
+        return Probe({"gemm": answer}, self.cost)
+
+
+def test_ambiguous_probes_again_with_more_samples_then_resolves():
+    commits = _commits(9)  # the first probe after the bad end is commit 4
+    script = Script(commits, culprit=3, table={(4, 0): AMBIGUOUS, (4, 1): AMBIGUOUS})
+    outcome = bisect(commits, script, budget_s=100)
+    assert outcome.status == "found" and outcome.culprit == commits[3]
+    assert script.calls[:4] == [(commits[8], 0), (commits[4], 0), (commits[4], 1), (commits[4], 2)]
+    assert [s.judgement for s in outcome.steps[1:4]] == ["ambiguous", "ambiguous", "bad"]
+
+
+def test_still_ambiguous_after_max_rounds_is_inconclusive():
+    commits = _commits(9)
+    table = {(4, r): AMBIGUOUS for r in range(3)}
+    outcome = bisect(commits, Script(commits, culprit=3, table=table), budget_s=100)
+    assert outcome.status == "inconclusive" and outcome.culprit is None
+    assert "stayed AMBIGUOUS after 3 rounds" in outcome.reason
+    assert outcome.range == (commits[1], commits[8])
+    assert len(outcome.steps) == 4
+
+
+def test_an_ambiguous_bad_end_gets_more_samples_before_it_counts():
+    commits = _commits(5)
+    script = Script(commits, culprit=2, table={(4, 0): AMBIGUOUS})
+    outcome = bisect(commits, script, budget_s=100)
+    assert (outcome.status, outcome.culprit) == ("found", commits[2])
+    assert script.calls[:2] == [(commits[4], 0), (commits[4], 1)]
+    always = Script(commits, culprit=2, table={(4, r): AMBIGUOUS for r in range(3)})
+    outcome = bisect(commits, always, budget_s=100)
+    assert outcome.status == "not_reproduced" and "stayed AMBIGUOUS" in outcome.reason
+
+
+def test_budget_stops_the_search_with_the_range_narrowed_so_far():
+    commits = _commits(17)
+    script = Script(commits, culprit=11, cost=10.0)
+    outcome = bisect(commits, script, budget_s=35.0)
+    assert outcome.status == "budget_exhausted" and outcome.culprit is None
+    # The bad end (16), then 8 (good), then 12 (bad); a fourth probe would make 40 s.
+    assert [c for c, _ in script.calls] == [commits[16], commits[8], commits[12]]
+    assert outcome.range == (commits[9], commits[12])
+    assert outcome.gpu_seconds == 30.0 <= 35.0
+    assert "35 s GPU budget" in outcome.reason
+
+
+def test_the_budget_counts_more_expensive_rounds_before_they_run():
+    commits = _commits(9)
+    # Round 0 costs 10 s; an unseen round 1 is expected to cost twice that.
+    script = Script(commits, culprit=3, table={(4, 0): AMBIGUOUS}, cost=10.0)
+    outcome = bisect(commits, script, budget_s=35.0)
+    assert outcome.status == "budget_exhausted" and len(outcome.steps) == 2
+
+
+def test_a_commit_that_cannot_be_measured_is_skipped():
+    commits = _commits(9)
+    script = Script(commits, culprit=6, table={(4, 0): "segfault: died of signal SIGSEGV"})
+    outcome = bisect(commits, script, budget_s=100)
+    assert (outcome.status, outcome.culprit) == ("found", commits[6])
+    assert outcome.steps[1].judgement == "skip" and outcome.steps[1].errors
+    assert script.calls[2][0] in (commits[3], commits[5])  # next nearest the middle
+
+
+def test_only_skipped_commits_left_is_inconclusive_with_their_range():
+    commits = _commits(9)
+    script = Script(commits, culprit=6, table={(5, 0): "hung"})
+    outcome = bisect(commits, script, budget_s=100)
+    assert outcome.status == "inconclusive" and outcome.culprit is None
+    assert outcome.range == (commits[5], commits[6])
+    assert "1 commits in the range could not be measured" in outcome.reason
+
+
+def test_a_bad_end_that_cannot_be_measured_is_inconclusive_not_unreproduced():
+    commits = _commits(5)
+    outcome = bisect(commits, Script(commits, culprit=2, table={(4, 0): "NaN"}), 100)
+    assert outcome.status == "inconclusive" and "could not be measured" in outcome.reason
+
+
+def test_evidence_names_the_culprit_and_its_interval():
+    commits = _commits(5)
+    outcome = bisect(commits, Script(commits, culprit=2), budget_s=100)
+    line = outcome.evidence()
+    assert line.startswith(f"culprit {commits[2][:12]}: gemm 2.000x the good commit")
+    assert "interval 1.900-2.100" in line and f"its parent is {commits[1][:12]}" in line
+    assert line.endswith("(3 probes, 3.0 GPU-s)")
+    flat = bisect(commits, Script(commits, culprit=99), budget_s=100)
+    assert flat.evidence().startswith("bisect not_reproduced: ")
+
+
+def test_adjacent_good_and_bad_need_only_the_verification():
+    commits = _commits(2)
+    outcome = bisect(commits, Script(commits, culprit=1), budget_s=100)
+    assert (outcome.status, outcome.culprit) == ("found", commits[1])
+    assert "the known-good commit" in outcome.reason and len(outcome.steps) == 1
+
+
+@pytest.mark.parametrize(
+    ("commits", "config", "message"),
+    [
+        (["a"], BisectConfig(), "at least the good and the bad"),
+        (["a", "b", "a"], BisectConfig(), "twice"),
+    ],
+)
+def test_bad_input_is_refused(commits, config, message):
+    with pytest.raises(ValueError, match=message):
+        bisect(commits, Script(list(commits), culprit=1), 100, config)
+    with pytest.raises(ValueError, match="max_rounds"):
+        BisectConfig(max_rounds=0)

@@ -1,0 +1,462 @@
+"""Every panel, annotation, variable and alert-rule query of the generated dashboards, run
+the way Grafana would run it (macros and template variables expanded by
+``kernelwatch.dashboards.macros``) as the read-only role the data source logs in as, against
+a real PostgreSQL holding seeded history: 36 nightly commits on three GPU models, with a
+planted 10% regression of flash_attention fp16/bf16 on B200 (detected by the real detection
+pass and bisected), a build that lost its tcgen05 path, a throttling GPU, a failed run, a
+GPU model whose nightly stopped, and a case whose measurement method changed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import psycopg
+import pytest
+
+from kernelwatch.analysis.bisect import BisectOutcome, Step
+from kernelwatch.analysis.verdict import ABVerdict
+from kernelwatch.dashboards import alerts, catalog, inventory
+from kernelwatch.dashboards.macros import Request, expand
+from kernelwatch.flows.detection import detect_and_alert
+from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
+from kernelwatch.harness.sass import TENSOR_CORE_RANK
+from kernelwatch.store.bisect import record_bisection
+from kernelwatch.store.identity import series_key
+from kernelwatch.store.ingest import Ingester
+from kernelwatch.store.runfile import Run
+
+ROOT = Path(__file__).parent.parent
+END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+DAYS = 36
+PLANT_DAY = 24
+SLOWDOWN = 1.10
+H100, H200, B200 = 0, 1, 2
+#: H100's nightly stops this many days before the end: its data goes missing.
+H100_STOPS = 3
+FAILED_DAY = 34
+METHOD_CHANGE_DAY = 30
+NEW_METHOD = Method("cuda-graph", "cold", 1)
+NUMERIC = {"int2", "int4", "int8", "float4", "float8", "numeric"}
+TIME = {"timestamptz", "timestamp"}
+TEXT = {"text", "varchar", "name"}
+
+
+def sha(day: int) -> str:
+    return f"{day + 1:040x}"
+
+
+def _build(bench, arch: str, dtype: str, day: int) -> BuildMetrics:
+    """flash_attention's build: from PLANT_DAY sm_100a lost tcgen05 and spills."""
+    lost = arch == "sm_100a" and day >= PLANT_DAY
+    path = {"sm_90a": "HGMMA", "sm_100a": "tcgen05"}[arch]
+    return BuildMetrics(
+        bench.SUITE, "flash_attention", "attn_fwd", "triton", arch, LaunchConfig({"BM": 128}, 8, 3),
+        "ok", registers=255 if lost else 168, spill_store_bytes=1024 if lost else 0,
+        spill_load_bytes=1024 if lost else 0, tensor_core="HMMA" if lost else path,
+        opcodes={}, toolchain={"ptxas": "12.9"}, dtype=dtype, workload="llm", case="tokens=1",
+    )  # fmt: skip
+
+
+def _history(bench) -> list[Run]:
+    rng = np.random.default_rng(7)
+    fleet = bench.Fleet(models=3, series=21, days=DAYS, samples=7, pr_runs_per_day=0)
+    cases = bench.cases(fleet.series)
+    planted = [
+        i for i, c in enumerate(cases) if c.kernel == "flash_attention" and c.dtype != "fp32"
+    ]
+    base = {m: rng.uniform(5e3, 5e6, size=len(cases)) for m in range(3)}
+    noisy = bench.devices(H200)[3]
+    runs = []
+    for day in range(DAYS):
+        at = END - timedelta(days=DAYS - day)
+        commit = CommitInfo(sha(day), (sha(day - 1),), at.isoformat(), f"change {day}", "main")
+        for m in range(3):
+            if m == H100 and day >= DAYS - H100_STOPS:
+                continue
+            level = base[m].copy()
+            if m == B200 and day >= PLANT_DAY:
+                level[planted] *= SLOWDOWN
+            device = bench.devices(m)[day % 4]
+            run = bench.make_run(fleet, rng, device, cases, level, at + timedelta(hours=3),
+                                 "nightly", commit)  # fmt: skip
+            records = list(run.records)
+            if device == noisy:
+                records = [dataclasses.replace(r, throttled=(True, False, False) * 2 + (False,))
+                           for r in records]  # fmt: skip
+            if m == H200 and day >= METHOD_CHANGE_DAY:
+                records[0] = dataclasses.replace(records[0], method=NEW_METHOD)
+            if m == B200:
+                records += [_build(bench, arch, dtype, day) for arch in ("sm_90a", "sm_100a")
+                            for dtype in ("fp16", "bf16")]  # fmt: skip
+            if m == H200 and day == FAILED_DAY:
+                # the last run of all, within the "Run failed" rule's 24-hour window
+                failed_at = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
+                info = dataclasses.replace(run.info, status="failed", started_at=failed_at)
+                runs.append(Run(info, ()))
+                continue
+            runs.append(Run(run.info, tuple(records)))
+    return runs
+
+
+def _verdict(name: str, ratio: float) -> ABVerdict:
+    return ABVerdict(name, ratio, ratio - 0.01, ratio + 0.01, 1e-6, 30, 30, None, None, "seeded")
+
+
+def _bisect(conn: psycopg.Connection, bench, regression_id: int, planted_key: str) -> None:
+    """A bisection of the planted regression, as the bisect flow records it."""
+    steps = tuple(
+        Step(sha(day), 0, {"flash_attention fp16": _verdict(name, ratio)}, {}, 12.0, judgement)
+        for day, name, ratio, judgement in (
+            (22, "SAME", 1.0, "good"),
+            (PLANT_DAY, "SLOWER", SLOWDOWN, "bad"),
+            (PLANT_DAY - 1, "SAME", 1.0, "good"),
+        )
+    )
+    outcome = BisectOutcome(
+        "found", sha(20), sha(PLANT_DAY), (sha(PLANT_DAY), sha(PLANT_DAY)), steps, 36.0,
+        ("flash_attention fp16",), "culprit found",
+    )  # fmt: skip
+    record_bisection(
+        conn, outcome, bisect_id=uuid.uuid4(), repository=bench.REPOSITORY,
+        regression_id=regression_id, device=bench.devices(B200)[0],
+        series={"flash_attention fp16": planted_key}, commits={},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def seeded(pg_server, bench_store):
+    """One database with the seeded history, shared by this module's read-only tests."""
+    name = "t_dashboards"
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE kernelwatch')
+    url = pg_server.url(name)
+    bench = bench_store
+    planted_case = next(
+        c for c in bench.cases(21) if c.kernel == "flash_attention" and c.dtype == "fp16"
+    )
+    planted_key = series_key(bench.REPOSITORY, planted_case, bench.MODELS[B200][0], bench.METHOD)
+    with psycopg.connect(url) as conn:
+        ingester = Ingester(conn)
+        for run in _history(bench):
+            ingester.ingest(run)
+        report = detect_and_alert(conn, bench.REPOSITORY)
+        regression_id = conn.execute(
+            """SELECT DISTINCT cp.regression_id FROM change_points cp
+            JOIN series s ON s.id = cp.series_id WHERE s.key = %s""",
+            (planted_key,),
+        ).fetchone()[0]
+        _bisect(conn, bench, regression_id, planted_key)
+        # Older regressions, some still untriaged, as earlier detection passes left them.
+        bench.add_regressions(conn, 20, seed=1, back=12)
+    reader = url.replace("postgres@", "kernelwatch_reader@", 1)
+    return SimpleNamespace(
+        url=url, reader=reader, bench=bench, report=report, regression_id=regression_id,
+        planted_key=planted_key, request=Request(END - timedelta(days=60), datetime.now(UTC)),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reader(seeded):
+    """Runs SQL as kernelwatch_reader: (columns, type names, rows)."""
+    with psycopg.connect(seeded.reader, autocommit=True) as conn:
+
+        def run(sql: str):
+            cur = conn.execute(sql)
+            names = [d.name for d in cur.description]
+            types = [conn.adapters.types.get(d.type_code).name for d in cur.description]
+            return names, types, cur.fetchall()
+
+        yield run
+
+
+def _runner(reader):
+    def run(sql: str):
+        names, _types, rows = reader(sql)
+        return names, rows
+
+    return run
+
+
+HISTORY_CHOICE = {"kernel": "flash_attention", "dtype": "fp16", "gpu": "NVIDIA B200"}
+
+
+def _choices(seeded) -> dict[str, dict[str, object]]:
+    history = {**HISTORY_CHOICE, "case": seeded.planted_key}
+    return {"kw-history": history, "kw-builds": {"kernel": "flash_attention"}}
+
+
+def _panel_rows(seeded, reader, dashboard_uid: str, title: str):
+    """(columns, rows) of one panel's query as Grafana would run it."""
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == dashboard_uid]
+    variables = inventory.resolve(
+        dashboard, seeded.request, _runner(reader), _choices(seeded).get(dashboard_uid)
+    )
+    (query,) = [q for q in inventory.dashboard_queries(dashboard) if q.title == title]
+    names, _types, rows = reader(expand(query.sql, seeded.request, variables))
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def _referenced_fields(panel) -> set[str]:
+    """Field names the panel's JSON refers to: overrides by name, matrix transformations."""
+    fields = set()
+    for override in panel.get("fieldConfig", {}).get("overrides", []):
+        if override["matcher"]["id"] == "byName":
+            fields.add(override["matcher"]["options"])
+    for transformation in panel.get("transformations") or []:
+        if transformation["id"] == "groupingToMatrix":
+            fields.update(transformation["options"][k] for k in ("rowField", "columnField",
+                                                                 "valueField"))  # fmt: skip
+    return fields
+
+
+def _column_problems(query: inventory.Query, names, types) -> list[str]:
+    """What is wrong with a result for the panel (or annotation) that draws it."""
+    kinds = dict(zip(names, types, strict=True))
+    numeric = [n for n, t in kinds.items() if t in NUMERIC]
+    problems = []
+    if query.format == "time_series" or query.panel_type in ("timeseries", "state-timeline"):
+        if kinds.get("time") not in TIME:
+            problems.append(f"no timestamp column 'time' in {kinds}")
+        if not numeric:
+            problems.append("no numeric column")
+        problems += [f"{n} is {t}" for n, t in kinds.items()
+                     if n != "time" and t not in NUMERIC | TEXT]  # fmt: skip
+    elif query.panel_type in ("stat", "bargauge") and not numeric:
+        problems.append("no numeric column to show")
+    elif query.panel_type == "annotation":
+        expected = {"time": TIME, "text": TEXT, "tags": TEXT}
+        problems += [f"{n} should be one of {t}, is {kinds.get(n)}"
+                     for n, t in expected.items() if kinds.get(n) not in t]  # fmt: skip
+    if query.panel is not None:
+        missing = _referenced_fields(query.panel) - set(names)
+        problems += [f"the panel refers to missing column {m!r}" for m in sorted(missing)]
+    return problems
+
+
+#: The planted series' method never changed: test_method_change_is_an_annotation_not_a_regression
+#: shows that query's rows on the series whose method did.
+EMPTY_FOR_THE_PLANTED_SERIES = {("kw-history", "Method changes and baseline resets")}
+
+
+def test_every_panel_annotation_and_variable_query_runs_as_reader(seeded, reader):
+    checked = 0
+    for dashboard in catalog.dashboards():
+        variables = inventory.resolve(
+            dashboard, seeded.request, _runner(reader), _choices(seeded).get(dashboard["uid"])
+        )
+        for name, variable in variables.items():
+            assert variable.values, f"{dashboard['uid']}: variable {name} has no options"
+        for query in inventory.dashboard_queries(dashboard):
+            names, types, rows = reader(expand(query.sql, seeded.request, variables))
+            where = f"{dashboard['uid']} {query.kind} {query.title!r}"
+            assert _column_problems(query, names, types) == [], where
+            if (dashboard["uid"], query.title) not in EMPTY_FOR_THE_PLANTED_SERIES:
+                assert rows, f"{where} returned no rows on the seeded history"
+            checked += 1
+    assert checked >= 25
+
+
+def test_every_alert_rule_returns_labels_and_one_value(seeded, reader):
+    now = datetime.now(UTC)
+    for spec, query in inventory.alert_queries():
+        names, types, _rows = reader(expand(query.sql, inventory.alert_request(spec, now)))
+        kinds = dict(zip(names, types, strict=True))
+        numeric = [n for n, t in kinds.items() if t in NUMERIC]
+        assert len(numeric) == 1, (spec.uid, kinds)
+        assert all(t in TEXT for n, t in kinds.items() if n not in numeric), (spec.uid, kinds)
+
+
+def _firing(reader, spec: alerts.RuleSpec) -> list[dict]:
+    """The instances of ``spec`` that fire now: rows whose value is above the threshold."""
+    names, types, rows = reader(expand(spec.sql, inventory.alert_request(spec, datetime.now(UTC))))
+    value = next(n for n, t in zip(names, types, strict=True) if t in NUMERIC)
+    instances = [dict(zip(names, row, strict=True)) for row in rows]
+    return [i for i in instances if i[value] is not None and float(i[value]) > spec.above]
+
+
+def test_alert_rules_fire_on_the_planted_conditions(seeded, reader):
+    rules = {spec.uid: spec for spec in alerts.RULES}
+    new = _firing(reader, rules["kw-regression-new"])
+    assert str(seeded.regression_id) in {i["regression_id"] for i in new}
+    stale = _firing(reader, rules["kw-regression-stale"])
+    assert stale and str(seeded.regression_id) not in {i["regression_id"] for i in stale}
+    failed = _firing(reader, rules["kw-run-failed"])
+    assert [(i["device_model"], i["trigger"]) for i in failed] == [("NVIDIA H200", "nightly")]
+    missing = _firing(reader, rules["kw-nightly-missing"])
+    assert [i["device_model"] for i in missing] == [seeded.bench.MODELS[H100][0]]
+
+
+def test_planted_regression_is_open_and_on_the_fleet_overview(seeded, reader):
+    assert seeded.report.opened, seeded.report
+    rows = _panel_rows(seeded, reader, "kw-fleet", "Open regressions")
+    (planted,) = [r for r in rows if r["regression_id"] == seeded.regression_id]
+    assert planted["state"] == "untriaged"
+    assert "flash_attention" in planted["kernels"] and planted["device_models"] == "NVIDIA B200"
+    assert planted["worst_change"] == pytest.approx(SLOWDOWN - 1, abs=0.02)
+    assert planted["culprit_sha"] == sha(PLANT_DAY)  # written back by the bisection
+    regressed = _panel_rows(
+        seeded, reader, "kw-fleet", "Kernels that regressed in the time range, per GPU"
+    )
+    assert any(r["kernel"] == "flash_attention" and r["device_model"] == "NVIDIA B200"
+               and r["open_regressions"] >= 1 for r in regressed)  # fmt: skip
+
+
+def test_fleet_matrices_show_the_planted_slowdown_and_every_kernel_gpu_cell(seeded, reader):
+    drift = _panel_rows(
+        seeded, reader, "kw-fleet",
+        "Latest nightly / first nightly of the range (geometric mean over cases)",
+    )  # fmt: skip
+    by_cell = {(r["kernel"], r["device_model"]): r["ratio_geomean"] for r in drift}
+    assert len(by_cell) == 7 * 3
+    planted = by_cell.pop(("flash_attention", "NVIDIA B200"))
+    # two of flash_attention's three dtypes slowed by 10%: geometric mean 1.1^(2/3)
+    assert planted == pytest.approx(SLOWDOWN ** (2 / 3), abs=0.02)
+    assert all(abs(ratio - 1) < 0.02 for ratio in by_cell.values()), by_cell
+    sol = _panel_rows(
+        seeded, reader, "kw-fleet",
+        "%SOL heat map: mean %SOL of the latest nightly, per kernel and GPU",
+    )  # fmt: skip
+    assert len(sol) == 21 and all(r["mean_pct_sol"] == pytest.approx(70) for r in sol)
+
+
+def test_kernel_history_marks_the_change_point_and_bisection(seeded, reader):
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-history"]
+    run = _runner(reader)
+    variables = inventory.resolve(dashboard, seeded.request, run, HISTORY_CHOICE)
+    (case_query,) = [v["query"] for v in dashboard["templating"]["list"] if v["name"] == "case"]
+    names, rows = run(expand(case_query, seeded.request, variables))
+    assert seeded.planted_key in [row[names.index("__value")] for row in rows]
+
+    changes = _panel_rows(seeded, reader, "kw-history", "Change points")
+    plant_at = END - timedelta(days=DAYS - PLANT_DAY) + timedelta(hours=3)
+    assert any(abs(r["time"] - plant_at) <= timedelta(days=2) and "regression" in r["tags"]
+               for r in changes), changes  # fmt: skip
+    verdicts = _panel_rows(seeded, reader, "kw-history", "Bisection verdicts")
+    assert sorted(r["tags"] for r in verdicts) == ["bisect,SAME", "bisect,SAME", "bisect,SLOWER"]
+    points = _panel_rows(
+        seeded, reader, "kw-history", "Points, with the command that measures each commit again"
+    )
+    assert len(points) == DAYS
+    assert all("--dtype fp16" in p["repro"] and p["commit_sha"] in p["repro"] for p in points)
+    medians = _panel_rows(
+        seeded, reader, "kw-history", "Median with 95% CI: $kernel $dtype on $gpu"
+    )
+    before = np.median([p["median"] for p in medians[:PLANT_DAY]])
+    after = np.median([p["median"] for p in medians[PLANT_DAY:]])
+    assert after / before == pytest.approx(SLOWDOWN, abs=0.02)
+    assert all(p["ci_low"] <= p["median"] <= p["ci_high"] for p in medians)
+
+
+def test_method_change_is_an_annotation_not_a_regression(seeded, reader):
+    names, _types, rows = reader(
+        """SELECT series_key FROM report_series
+        WHERE device_model = 'NVIDIA H200' AND timer = 'cuda-graph'"""
+    )
+    ((new_series,),) = rows
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-history"]
+    variables = inventory.resolve(dashboard, seeded.request, _runner(reader), {"case": new_series})
+    (query,) = [q for q in inventory.dashboard_queries(dashboard)
+                if q.title == "Method changes and baseline resets"]  # fmt: skip
+    names, _types, rows = reader(expand(query.sql, seeded.request, variables))
+    annotations = [dict(zip(names, r, strict=True)) for r in rows]
+    assert [a["tags"] for a in annotations] == ["method_change"]
+    assert "cuda-events/cold/h1 to cuda-graph/cold/h1" in annotations[0]["text"]
+    names, _types, rows = reader(
+        f"""SELECT count(*) FROM report_change_points cp
+        JOIN report_series s ON s.series_key = cp.series_key
+        JOIN report_series n ON n.kernel = s.kernel AND n.dtype = s.dtype
+            AND n.case_label = s.case_label AND n.device_model = s.device_model
+        WHERE n.series_key = '{new_series}'"""
+    )
+    assert rows == [(0,)]  # neither the old nor the new series has a change point
+
+
+def test_build_panels_show_the_lost_tensor_core_path(seeded, reader):
+    registers = _panel_rows(seeded, reader, "kw-builds", "Registers per thread")
+    sm100 = [r for r in registers if r["metric"].startswith("attn_fwd sm_100a fp16")]
+    assert len(sm100) == DAYS
+    assert [r["registers"] for r in sm100] == [168] * PLANT_DAY + [255] * (DAYS - PLANT_DAY)
+    paths = _panel_rows(seeded, reader, "kw-builds", "Tensor-core path")
+    ranks = {r["tensor_core_rank"] for r in paths if r["metric"].startswith("attn_fwd sm_100a")}
+    assert ranks == {TENSOR_CORE_RANK["tcgen05"], TENSOR_CORE_RANK["HMMA"]}
+    latest = _panel_rows(seeded, reader, "kw-builds", "Builds of the latest nightly")
+    assert {(r["arch"], r["tensor_core"], r["spill_store_bytes"]) for r in latest} == {
+        ("sm_90a", "HGMMA", 0),
+        ("sm_100a", "HMMA", 1024),
+    }
+
+
+def test_health_quarantines_the_throttling_gpu_and_lists_the_failed_run(seeded, reader):
+    devices = _panel_rows(
+        seeded, reader, "kw-health", "Devices over the time range (quarantined first)"
+    )
+    noisy = seeded.bench.devices(H200)[3]
+    quarantined = [d for d in devices if d["quarantined"]]
+    assert [(d["host"], d["device_uuid"]) for d in quarantined] == [(noisy.host, noisy.uuid)]
+    assert "samples throttled" in quarantined[0]["reason"]
+    failed = _panel_rows(seeded, reader, "kw-health", "Failed and partial runs")
+    assert [(r["status"], r["device_model"]) for r in failed] == [("failed", "NVIDIA H200")]
+
+
+def test_triage_board_shows_bisection_progress_and_history(seeded, reader):
+    board = _panel_rows(seeded, reader, "kw-triage", "Regressions")
+    (planted,) = [r for r in board if r["regression_id"] == seeded.regression_id]
+    assert planted["bisect_steps"] == 3 and planted["last_verdict"] == "SAME"
+    assert planted["last_actor"] == "bisect"
+    assert {r["state"] for r in board} <= {"untriaged", "acknowledged", "investigating"}
+    history = _panel_rows(seeded, reader, "kw-triage", "Triage history")
+    assert any(r["regression_id"] == seeded.regression_id and r["actor"] == "bisect"
+               for r in history)  # fmt: skip
+
+
+def test_reader_role_cannot_read_tables(seeded):
+    with (
+        psycopg.connect(seeded.reader) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute("SELECT count(*) FROM measurements")
+
+
+def test_migration_0004_down_removes_its_views_functions_and_column(pg_server):
+    from kernelwatch.store import migrate
+
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS t_dash_migrate")
+        conn.execute("CREATE DATABASE t_dash_migrate TEMPLATE kernelwatch")
+    url = pg_server.url("t_dash_migrate")
+    mine = """SELECT (SELECT count(*) FROM pg_views WHERE viewname LIKE 'report_%'),
+        (SELECT count(*) FROM pg_proc WHERE proname LIKE 'report_%'),
+        (SELECT count(*) FROM information_schema.columns
+            WHERE table_name = 'series' AND column_name = 'case_label')"""
+    with psycopg.connect(url) as conn:
+        at_head = conn.execute(mine).fetchone()
+    migrate.downgrade(url, "0003")
+    with psycopg.connect(url) as conn:
+        assert conn.execute(mine).fetchone() == (7, 0, 0)
+    assert at_head[0] > 7 and at_head[1:] == (3, 1)
+
+
+def test_benchmark_script_small_scale(store_url):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_dashboards.py"), "--models", "2",
+         "--series", "30", "--days", "12", "--samples", "5", "--pr-series", "5",
+         "--repeats", "3", "--database-url", store_url],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["rows"]["build_metrics"] > 0 and report["rows"]["bisect_steps"] > 0
+    expected = {f"{d['uid']} {q.kind}: {q.title}" for d in catalog.dashboards()
+                for q in inventory.dashboard_queries(d)}  # fmt: skip
+    expected |= {f"alert: {spec.title}" for spec in alerts.RULES}
+    assert expected <= set(report["queries"])
+    assert all(t["p95_ms"] >= t["p50_ms"] > 0 for t in report["queries"].values())

@@ -1,0 +1,242 @@
+"""The report's pure parts: comparing two runs' rows, the PR comment and its size limit,
+chart geometry, repro commands. Store-backed reports and the browser test are in
+test_report_store.py."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from kernelwatch.analysis.static_diff import Finding
+from kernelwatch.analysis.verdict import VerdictConfig
+from kernelwatch.harness.records import CommitInfo, DeviceInfo, SoftwareInfo
+from kernelwatch.report import charts, views
+from kernelwatch.report import format as fmt
+from kernelwatch.report.compare import Comparison, RunSide, compare_runs
+from kernelwatch.report.markdown import GITHUB_LIMIT, pr_comment
+from kernelwatch.report.repro import Source, Target, bench_command
+from kernelwatch.store.report_queries import (
+    MeasurementRow,
+    MeasurementSamples,
+    RunHeader,
+)
+
+H200 = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)
+SOFTWARE = SoftwareInfo("0.1.0", "3.11.7", "2.13.0", "3.9.0", "13.0", "580.1")
+WHEN = datetime(2026, 6, 1, tzinfo=UTC)
+DEFAULT = VerdictConfig()
+
+
+def _header(sha: str, trigger: str = "pr", device: DeviceInfo = H200) -> RunHeader:
+    return RunHeader(
+        run_id=f"{sha[:8]}-0000-0000-0000-000000000000", trigger=trigger, repository="repo",
+        suite="builtin", commit=CommitInfo(sha, (), WHEN.isoformat(), "msg", "main"),
+        base_sha=None, pool="gpu-h200", orchestration_id=None, status="ok", started_at=WHEN,
+        finished_at=WHEN, device=device, software=SOFTWARE, measurements=0,
+        measurement_errors=0, correctness=0, correctness_failed=0, builds=0,
+    )  # fmt: skip
+
+
+def _row(key: str, median: float, status: str = "ok", kernel: str = "rms_norm") -> MeasurementRow:
+    return MeasurementRow(
+        measurement_id=0, series_key=key, suite="builtin", kernel=kernel, workload="llm",
+        params={"rows": int(key.split("-")[-1]), "hidden": 4096}, dtype="fp16",
+        method="cuda-events/cold/h1", status=status, reason="" if status == "ok" else "boom",
+        n=40, median_ns=median, ci_low_ns=median * 0.99, ci_high_ns=median * 1.01,
+        rel_ci_halfwidth=0.01, stop="converged", tflops=1.0, gbps=900.0, pct_sol=60.0,
+        bound="memory", peak_source="datasheet", baseline="torch", baseline_median_ns=median,
+        speedup=1.0, config="BLOCK=1024,w4,s1", config_source="pinned", throttled_count=0,
+    )  # fmt: skip
+
+
+def _samples(median: float, rng: np.random.Generator, n: int = 40) -> MeasurementSamples:
+    values = median * np.exp(rng.normal(0.0, 0.003, n))
+    return MeasurementSamples("ok", tuple(values.tolist()), (False,) * n, (1980.0,) * n)
+
+
+def _side(header: RunHeader, levels: dict[str, float], seed: int, **row_args) -> RunSide:
+    rng = np.random.default_rng(seed)
+    rows = [_row(key, level, **row_args) for key, level in levels.items()]
+    return RunSide(header, rows, {k: _samples(v, rng) for k, v in levels.items()}, [], [])
+
+
+def _comparison(
+    slower: int, faster: int = 0, same: int = 0, config: VerdictConfig = DEFAULT
+) -> Comparison:
+    """Head against base with ``slower`` cases 10 % slower, ``faster`` 10 % faster and
+    ``same`` unchanged."""
+    factors = [1.1] * slower + [0.9] * faster + [1.0] * same
+    base = {f"case-{i}": 1000.0 for i in range(len(factors))}
+    head = {f"case-{i}": 1000.0 * f for i, f in enumerate(factors)}
+    return compare_runs(
+        _side(_header("a" * 40), base, 1), _side(_header("b" * 40), head, 2), config
+    )
+
+
+def test_compare_runs_gives_each_common_case_a_verdict():
+    c = _comparison(slower=2, faster=1, same=3)
+    assert [len(c.slower), len(c.faster), len(c.with_verdict("SAME"))] == [2, 1, 3]
+    assert all(x.verdict.ci_low < 1.1 < x.verdict.ci_high for x in c.slower)
+    assert c.outcome == 1 and c.problem == "" and c.notes == ()
+    assert _comparison(slower=0, faster=2, same=2).outcome == 0
+
+
+def test_compare_runs_explains_cases_and_comparisons_it_cannot_judge():
+    base = _side(_header("a" * 40), {"c-1": 1000.0, "c-2": 1000.0, "c-3": 1000.0}, 1)
+    head = _side(_header("b" * 40), {"c-1": 1000.0, "c-2": 1000.0, "c-4": 1000.0}, 2)
+    errored = replace(head.measurements[1], status="error", reason="boom")
+    throttled = replace(head.samples["c-1"], throttled=(True,) * 39 + (False,))
+    head = replace(
+        head,
+        measurements=[head.measurements[0], errored, head.measurements[2]],
+        samples={**head.samples, "c-1": throttled},
+    )
+    c = compare_runs(base, head)
+    problems = {x.head.series_key: x.problem for x in c.errored}
+    assert problems == {
+        "c-1": "each side needs at least 2 samples (counted: base 40, head 1)",
+        "c-2": "head error: boom",
+    }
+    assert [m.series_key for m in c.only_base] == ["c-3"]
+    assert [m.series_key for m in c.only_head] == ["c-4"]
+    assert c.outcome == 2 and "none of the 2 cases in common" in c.problem
+
+    elsewhere = replace(H200, name="NVIDIA B200")
+    moved = replace(head, header=_header("b" * 40, device=elsewhere))
+    assert "an A/B comparison needs one device" in compare_runs(base, moved).problem
+    nightly = replace(base, header=_header("a" * 40, trigger="nightly"))
+    other_gpu = replace(head, header=_header("b" * 40, device=replace(H200, uuid="GPU-2")))
+    notes = compare_runs(nightly, other_gpu).notes
+    assert len(notes) == 2 and "not an interleaved A/B pair" in notes[1]
+
+
+def test_pr_comment_names_each_regressed_case_with_its_ratio_and_ci():
+    c = _comparison(slower=3, faster=1, same=2)
+    comment = pr_comment(c, report_link="https://ci.example/r.html")
+    assert comment.startswith("<!-- kernelwatch:pr-check outcome=1 -->\n### ❌ kernelwatch:")
+    for case in c.slower:
+        line = next(x for x in comment.splitlines() if f"| {case.head.case_label} |" in x)
+        assert fmt.ratio(case.verdict.ratio) in line
+        assert fmt.interval(case.verdict.ci_low, case.verdict.ci_high) in line
+    assert "#### Slower (3)" in comment and "#### Faster (1)" in comment
+    assert "2 cases the same within ±1.0%" in comment and "not shown" not in comment
+    assert "Full report: https://ci.example/r.html" in comment
+
+
+@pytest.fixture(scope="module")
+def thousand() -> Comparison:
+    """1,000 slower cases, 200 faster, 300 static regressions (a coarse bootstrap: the
+    comment's layout does not depend on its precision)."""
+    c = _comparison(slower=1000, faster=200, config=VerdictConfig(resamples=200))
+    return replace(c, static=tuple(_finding(i) for i in range(300)))
+
+
+@pytest.mark.parametrize("limit", [GITHUB_LIMIT, 20_000, 3_000])
+def test_pr_comment_with_1000_regressions_fits_the_limit_and_counts_what_it_left_out(
+    thousand, limit
+):
+    comment = pr_comment(thousand, limit=limit)
+    assert len(comment) <= limit
+    shown = len(re.findall(r"^\| rms_norm \| rows=\d+ hidden=4096 \| fp16 \| 1\.", comment, re.M))
+    left = re.search(r"_…and (\d+) more slower cases not shown", comment)
+    assert left is not None and shown + int(left.group(1)) == 1000 and shown > 0
+    assert "#### Static regressions (300)" in comment and "#### Faster (200)" in comment
+    # Every table keeps its first rows: a thousand slower cases do not hide the static ones.
+    assert "| gemm | gemm_0 | sm_90a |" in comment
+    # The worst cases come first.
+    ratios = [float(r) for r in re.findall(r"\| (1\.\d+)x \(", comment)][:shown]
+    assert ratios == sorted(ratios, reverse=True)
+
+
+def test_pr_comment_cut_to_tiny_limits_stays_within_them():
+    c = _comparison(slower=50)
+    for limit in (0, 10, 100, 400):
+        assert len(pr_comment(c, limit=limit)) <= limit
+
+
+def test_pr_comment_headlines_for_no_regression_and_no_comparison():
+    fine = pr_comment(_comparison(slower=0, faster=2, same=1))
+    assert "outcome=0" in fine and "✅ kernelwatch: no regression (2 faster)" in fine
+    base = _side(_header("a" * 40), {"c-1": 1000.0}, 1)
+    head = _side(_header("b" * 40), {"c-2": 1000.0}, 2)
+    broken = pr_comment(compare_runs(base, head))
+    assert "outcome=2" in broken and "could not compare this PR: the runs have no" in broken
+
+
+def test_pr_comment_cells_cannot_break_the_table():
+    c = _comparison(slower=1)
+    weird = replace(c.slower[0].head, kernel="a|b<script>\nc")
+    c = replace(c, cases=(replace(c.slower[0], head=weird),))
+    row = next(x for x in pr_comment(c).splitlines() if "a\\|b" in x)
+    assert "a\\|b&lt;script&gt; c" in row and row.count(" | ") == 6
+
+
+def _finding(i: int) -> Finding:
+    return Finding(
+        "spills", "gemm", f"gemm_{i}", "fp16", "w4", "m=64", "sm_90a", "0 B", "64 B", "x"
+    )
+
+
+def test_nice_ticks_are_round_and_cover_the_range():
+    assert charts.nice_ticks(0.0, 100.0, 5) == [0, 20, 40, 60, 80, 100]
+    assert charts.nice_ticks(1795.0, 1952.0, 4) == [1800, 1850, 1900, 1950]
+    assert charts.nice_ticks(0.95, 1.12, 6) == pytest.approx([0.95, 1.0, 1.05, 1.1])
+    assert charts.nice_ticks(3.0, 3.0) == [3.0]
+
+
+def _history_row(i: int, median: float, change: float | None = None, regression=None) -> dict:
+    return {
+        "median_ns": median, "ci_low_ns": median * 0.99, "ci_high_ns": median * 1.01,
+        "commit_sha": f"{i:x}" * 40, "measured_at": datetime(2026, 6, 1 + i, tzinfo=UTC),
+        "change_point_id": None if change is None else i, "change_rel": change,
+        "regression_id": regression,
+    }  # fmt: skip
+
+
+def test_history_chart_marks_the_change_and_a_culprit_between_points():
+    rows = [_history_row(i, 1000.0) for i in range(6)]
+    rows += [_history_row(6, 1100.0, change=0.1, regression=7)]
+    rows += [_history_row(i, 1100.0) for i in range(7, 12)]
+    svg, said = views.history_chart(rows, 7, culprit_sha="c" * 40)
+    assert said == "+10.0% at 66666666"
+    cx = [float(x) for x in re.findall(r'<circle class="point" cx="([\d.]+)"', svg)]
+    assert len(cx) == 12
+    change = float(re.search(r'class="marker change-point" x1="([\d.]+)"', svg).group(1))
+    culprit = float(re.search(r'class="marker culprit" x1="([\d.]+)"', svg).group(1))
+    # The culprit was never measured: it lies between the last good and first bad point.
+    assert cx[5] < change == culprit < cx[6]
+    assert svg.count('class="level"') == 2
+    measured, _ = views.history_chart(rows, 7, culprit_sha="6" * 40)
+    on = float(re.search(r'class="marker culprit" x1="([\d.]+)"', measured).group(1))
+    assert on == pytest.approx(cx[6])
+
+
+def test_charts_escape_every_label():
+    svg = charts.sol_chart([("<b>k</b>", [charts.SolCase("a&b", 50.0, "memory")])])
+    assert "<b>" not in svg and "&lt;b&gt;k&lt;/b&gt;" in svg and "a&amp;b" in svg
+
+
+def test_sol_and_ratio_charts_only_draw_what_they_know():
+    rows = [_row("c-1", 1000.0), replace(_row("c-2", 1000.0), pct_sol=None)]
+    assert views.sol_svg([replace(r, pct_sol=None) for r in rows]) is None
+    assert views.sol_svg(rows).count('class="case"') == 1
+    assert views.ratio_svg(_comparison(slower=0, same=3)) == (None, 0)
+    svg, left_off = views.ratio_svg(_comparison(slower=views.RATIO_ROWS + 5))
+    assert svg.count('class="ratio slower"') == views.RATIO_ROWS and left_off == 5
+
+
+def test_repro_commands_check_out_the_commit_and_time_the_row():
+    target = Target("kernels", "builtin", "ab" * 20, "rms_norm", "llm", "fp16")
+    local = bench_command(target, Source("/src/my kernels", "suite.py"))
+    assert local == (
+        f"git -C '/src/my kernels' checkout --detach {'ab' * 20} && kernelwatch bench "
+        "--repo '/src/my kernels' --suite suite.py --kernel rms_norm --workload llm --dtype fp16"
+    )
+    remote = bench_command(target, Source("https://git.example/k.git", "pkg.suite"))
+    assert remote.startswith("git clone https://git.example/k.git kw-repro && git -C kw-repro ")
+    assert "--repo kernels --suite builtin" in bench_command(target)
+    assert "checkout" not in bench_command(replace(target, sha=None))
