@@ -72,13 +72,13 @@ def demo(
     """Run the nightly pipeline over a demo repository's history with a planted regression,
     detect it, bisect it, and name the culprit. Exit 0 when bisection named the planted
     commit, 1 otherwise."""
+    prepare_prefect()
     from kernelwatch.flows.demo import make_demo_repo
     from kernelwatch.flows.nightly import nightly
     from kernelwatch.store import migrate
     from kernelwatch.store.config import CONFIG_ENV, URL_ENV, load_config
     from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer
 
-    prepare_prefect()
     root = directory.resolve()
     if (root / "repo").exists():
         shutil.rmtree(root / "repo")

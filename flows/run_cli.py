@@ -42,7 +42,8 @@ _LOCAL_PREFECT = {
 
 
 def prepare_prefect() -> None:
-    """Set the local defaults above, unless the environment already chose."""
+    """Set the local defaults above, unless the environment already chose. Call it before
+    Prefect is first imported: it reads its settings then."""
     for key, value in _LOCAL_PREFECT.items():
         os.environ.setdefault(key, value)
 
@@ -69,7 +70,6 @@ def _run(label: str, repository: str | None, pool: str, call: Callable[[], _T]) 
     a second, not after Prefect has started), then run ``call`` under a spinner."""
     from kernelwatch.flows.config import load
 
-    prepare_prefect()
     with _failures():
         config = load()
         config.repository(repository)
@@ -92,6 +92,7 @@ def nightly(
     Exit 0 when the commit ran cleanly (regressions found are results, not failures), 1 when
     some kernel failed or nothing could run, 2 on bad input.
     """
+    prepare_prefect()
     from kernelwatch.flows.nightly import nightly as nightly_flow
 
     summary = _run(
@@ -118,6 +119,7 @@ def pr_check(
 
     Exit 0 no regression, 1 regression, 2 the check could not be made (or bad input).
     """
+    prepare_prefect()
     from kernelwatch.flows.prcheck import pr_check as pr_check_flow
 
     summary = _run(
@@ -161,6 +163,7 @@ def bisect(
     """
     if regression is None and (good is None or bad is None):
         fail("pass --good REV and --bad REV, or --regression ID", code=2)
+    prepare_prefect()
     from kernelwatch.flows.bisection import bisect as bisect_flow
 
     summary = _run(
