@@ -20,14 +20,11 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
 import os
 import random
 import re
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -44,8 +41,6 @@ from kernelwatch.dashboards import catalog, inventory
 from kernelwatch.dashboards.datasource import READER_ROLE
 from kernelwatch.dashboards.macros import Request, expand
 from kernelwatch.harness.records import BuildMetrics, LaunchConfig
-from kernelwatch.store import migrate
-from kernelwatch.store.embedded import EmbeddedServer
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
 
@@ -230,20 +225,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     fleet = bench_store.Fleet(args.models, args.series, args.days, args.samples,
                               args.pr_runs_per_day, args.pr_series, args.seed)  # fmt: skip
-    if args.database_url:
-        report = measure(fleet, args.database_url, args.repeats)
-    else:
-        root = Path(tempfile.mkdtemp(prefix="kw-bench-dash-", dir="/tmp"))
-        server = EmbeddedServer(root)
-        try:
-            report = {"server": server.ensure_running().version}
-            migrate.upgrade(server.url())
-            report |= measure(fleet, server.url(), args.repeats)
-        finally:
-            server.stop(mode="immediate")
-            shutil.rmtree(root, ignore_errors=True)
-    json.dump(report, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    bench_store.print_report(
+        bench_store.measured_on(args.database_url, lambda url: measure(fleet, url, args.repeats))
+    )
 
 
 if __name__ == "__main__":

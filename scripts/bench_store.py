@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -310,18 +310,27 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     fleet = Fleet(args.models, args.series, args.days, args.samples, args.pr_runs_per_day,
                   args.pr_series, args.seed)  # fmt: skip
-    if args.database_url:
-        report = run(fleet, args.database_url, args.repeats)
-    else:
-        root = Path(tempfile.mkdtemp(prefix="kw-bench-", dir="/tmp"))
-        server = EmbeddedServer(root)
-        try:
-            report = {"server": server.ensure_running().version}
-            migrate.upgrade(server.url())
-            report |= run(fleet, server.url(), args.repeats)
-        finally:
-            server.stop(mode="immediate")
-            shutil.rmtree(root, ignore_errors=True)
+    print_report(measured_on(args.database_url, lambda url: run(fleet, url, args.repeats)))
+
+
+def measured_on(database_url: str | None, measure: Callable[[str], dict]) -> dict:
+    """``measure(url)`` on ``database_url``, or on a fresh embedded server in a temporary
+    directory (removed afterwards; its version goes into the report)."""
+    if database_url:
+        return measure(database_url)
+    root = Path(tempfile.mkdtemp(prefix="kw-bench-", dir="/tmp"))
+    server = EmbeddedServer(root)
+    try:
+        report = {"server": server.ensure_running().version}
+        migrate.upgrade(server.url())
+        return report | measure(server.url())
+    finally:
+        server.stop(mode="immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def print_report(report: dict) -> None:
+    """The report as indented JSON on stdout."""
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
 

@@ -5,13 +5,13 @@ interpreter; planted crashes, hangs and NaN outputs on one side."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gitrepo import git
 
 from kernelwatch.analysis.verdict import compare_measurements
 from kernelwatch.harness.options import BenchOptions
@@ -92,23 +92,13 @@ GOOD_NAMES = '("segfault", "nan_out", "hangs", "scale")'
 FAST = BenchOptions(min_samples=10, min_time_s=0.0, budget_s=0.3, target_rel_ci=0.001)
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 def _commit(repo: Path, message: str, names: str, **settings: object) -> str:
     overrides = "".join(f"{name} = {value!r}\n" for name, value in settings.items())
     (repo / "kwdemo" / "scale.py").write_text(KERNELS + overrides)
     (repo / "kernelwatch_suite.py").write_text(f"NAMES = {names}\n" + SUITE)
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", message)
-    return _git(repo, "rev-parse", "HEAD")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +109,7 @@ def demo(tmp_path_factory) -> Iterator[dict[str, Path]]:
     repo = tmp_path_factory.mktemp("demo")
     (repo / "kwdemo").mkdir()
     (repo / "kwdemo" / "__init__.py").write_text("")
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     shas = {
         "good": _commit(repo, "good", GOOD_NAMES),
         "slow": _commit(repo, "slow", GOOD_NAMES, REPEAT=2),

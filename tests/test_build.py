@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_external_suite import _git
+from gitrepo import git
 
 from kernelwatch.analysis.static_diff import diff_builds
 from kernelwatch.harness.build import BuildFailed, BuildRequest, BuildResult, run_build
@@ -92,8 +92,8 @@ SPILLING_BODY = """x = tl.exp(x - tl.max(x, 0)) / tl.sum(tl.exp(x - tl.max(x, 0)
 
 def _commit(repo: Path, source: str, message: str) -> str:
     (repo / "teamkernels" / "k.py").write_text(source)
-    _git(repo, "commit", "-qam", message)
-    return _git(repo, "rev-parse", "HEAD")
+    git(repo, "commit", "-qam", message)
+    return git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +104,10 @@ def history(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     (repo / "teamkernels" / "__init__.py").write_text("")
     (repo / "teamkernels" / "k.py").write_text(KERNELS)
     (repo / "kernelwatch_suite.py").write_text(SUITE)
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "base")
-    revs = {"base": _git(repo, "rev-parse", "HEAD")}
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    revs = {"base": git(repo, "rev-parse", "HEAD")}
     source = KERNELS.replace("# BODY", SPILLING_BODY)
     revs["spills"] = _commit(repo, source, "fuse a softmax into scale")
     source = source.replace('PRECISION="tf32"', 'PRECISION="ieee"')

@@ -4,11 +4,11 @@ with its kernels imported from that repository's checkout."""
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
+from gitrepo import git
 
 KERNEL = textwrap.dedent(
     """
@@ -64,16 +64,6 @@ SUITE_FILE = textwrap.dedent(
 )
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 @pytest.fixture
 def team_repo(tmp_path: Path) -> tuple[Path, str, str]:
     """A kernel repository with two commits: a correct axpy, then a regression (a = 3.5)."""
@@ -82,13 +72,13 @@ def team_repo(tmp_path: Path) -> tuple[Path, str, str]:
     (repo / "teamkernels" / "__init__.py").write_text("")
     (repo / "teamkernels" / "axpy.py").write_text(KERNEL)
     (repo / "kernelwatch_suite.py").write_text(SUITE_FILE)
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "axpy")
-    good = _git(repo, "rev-parse", "HEAD")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "axpy")
+    good = git(repo, "rev-parse", "HEAD")
     (repo / "teamkernels" / "axpy.py").write_text(KERNEL.replace("A = 3.0", "A = 3.5"))
-    _git(repo, "commit", "-qam", "tweak a")
-    return repo, good, _git(repo, "rev-parse", "HEAD")
+    git(repo, "commit", "-qam", "tweak a")
+    return repo, good, git(repo, "rev-parse", "HEAD")
 
 
 def _verdicts(stdout: str) -> dict[tuple[str, str, int], str]:
@@ -102,7 +92,7 @@ def _verdicts(stdout: str) -> dict[tuple[str, str, int], str]:
 def test_suite_file_in_another_repo_is_checked(kernelwatch_cli, team_repo, tmp_path):
     repo, good, _ = team_repo
     checkout = tmp_path / "checkout-good"
-    _git(repo, "worktree", "add", "-q", "--detach", str(checkout), good)
+    git(repo, "worktree", "add", "-q", "--detach", str(checkout), good)
     proc = kernelwatch_cli(
         "check",
         "--suite",
@@ -133,7 +123,7 @@ def test_kernels_come_from_the_checkout_not_elsewhere(kernelwatch_cli, team_repo
     )
     assert proc.returncode == 1
     assert set(_verdicts(proc.stdout).values()) == {"fail"}
-    assert _git(repo, "rev-parse", "HEAD") == bad
+    assert git(repo, "rev-parse", "HEAD") == bad
 
 
 def test_dotted_module_suite_with_repo_root(kernelwatch_cli, team_repo, tmp_path):

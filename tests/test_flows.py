@@ -10,12 +10,11 @@ git histories, real Triton kernels in the interpreter.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import psycopg
 import pytest
+from gitrepo import repository_of
 
 from kernelwatch.flows.bisection import bisect
 from kernelwatch.flows.demo import make_demo_repo
@@ -159,23 +158,11 @@ def test_pr_check_says_1_for_a_regressing_head_and_0_for_an_unchanged_one(
     assert same.outcome == 0, same
 
 
-def _planted_repo(root: Path, planted_suite_path: Path) -> Path:
-    repo = root / "broken"
-    repo.mkdir()
-    shutil.copy(planted_suite_path, repo / "suite.py")
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["add", "suite.py"],
-        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "planted"],
-    ):
-        subprocess.run(["git", *args], cwd=repo, check=True)
-    return repo
-
-
 def test_crashing_hanging_and_nan_kernels_fail_alone(
     tmp_path, environment, database, planted_suite_path
 ):
-    repo = _planted_repo(tmp_path, planted_suite_path)
+    repo = tmp_path / "broken"
+    repository_of(repo, {"suite.py": planted_suite_path}, "planted faults")
     config = tmp_path / "kernelwatch.toml"
     config.write_text(
         _config(repo, "suite.py", ["good", "nan_output", "segfault", "hangs"], tmp_path)

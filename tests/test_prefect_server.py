@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from gitrepo import repository_of
 
 BIN = Path(sys.executable).parent
 
@@ -80,14 +80,7 @@ def test_a_deployed_nightly_runs_on_a_process_worker(
 ):
     api, env = prefect_server
     repo = tmp_path / "kernels"
-    repo.mkdir()
-    shutil.copy(planted_suite_path, repo / "suite.py")
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["add", "suite.py"],
-        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one kernel"],
-    ):
-        subprocess.run(["git", *args], cwd=repo, check=True)
+    repository_of(repo, {"suite.py": planted_suite_path}, "one kernel")
     config = tmp_path / "kernelwatch.toml"
     config.write_text(
         f"""
