@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_external_suite import _git
+from gitrepo import git
 
 from kernelwatch.analysis.static_diff import diff_builds
 from kernelwatch.flows.demo import (
@@ -89,11 +89,11 @@ def test_history_has_one_head_per_night_at_fixed_dates(full):
     ]
     assert [sha for _, sha in repo.nights] == [c.sha for c in repo.commits[2::3]]
     assert [c.night for c in repo.commits] == [n for n in range(14) for _ in range(3)]
-    log = _git(repo.path, "log", "--reverse", "--format=%H|%an|%aI|%cI").splitlines()
+    log = git(repo.path, "log", "--reverse", "--format=%H|%an|%aI|%cI").splitlines()
     assert log == [
         f"{c.sha}|{AUTHOR}|{c.when.isoformat()}|{c.when.isoformat()}" for c in repo.commits
     ]
-    assert _git(repo.path, "status", "--porcelain") == ""
+    assert git(repo.path, "status", "--porcelain") == ""
     assert repo.suite == "kwdemo" and repo.culprit_kernel == "rms_norm"
 
 
@@ -104,13 +104,11 @@ def test_culprit_sits_mid_night_and_is_the_only_kernel_change(full):
     assert culprit == 8 * 3 + 1 and repo.commits[culprit].night == 8
     assert repo.culprit not in {sha for _, sha in repo.nights}
     assert repo.culprit_parent == shas[culprit - 1]
-    assert repo.culprit_parent == _git(repo.path, "rev-parse", f"{repo.culprit}^")
-    assert _git(repo.path, "show", "--format=", "--name-only", repo.culprit) == (
-        "kwdemo/rmsnorm.py"
-    )
-    touching = _git(repo.path, "log", "--format=%H", "--", *KERNEL_FILES).splitlines()
+    assert repo.culprit_parent == git(repo.path, "rev-parse", f"{repo.culprit}^")
+    assert git(repo.path, "show", "--format=", "--name-only", repo.culprit) == ("kwdemo/rmsnorm.py")
+    touching = git(repo.path, "log", "--format=%H", "--", *KERNEL_FILES).splitlines()
     assert touching == [repo.culprit, shas[0]]
-    subject = _git(repo.path, "log", "-1", "--format=%s", repo.culprit)
+    subject = git(repo.path, "log", "-1", "--format=%s", repo.culprit)
     assert subject.startswith("rms_norm: ")
 
 
