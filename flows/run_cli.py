@@ -65,15 +65,30 @@ def _failures() -> Iterator[None]:
         fail(str(exc), code=1)
 
 
-def _run(label: str, repository: str | None, pool: str, call: Callable[[], _T]) -> _T:
-    """Check the configuration names ``repository`` and ``pool`` (a bad name fails here, in
-    a second, not after Prefect has started), then run ``call`` under a spinner."""
+def _run(
+    label: str,
+    repository: str | None,
+    pool: str,
+    revisions: tuple[str | None, ...],
+    call: Callable[[], _T],
+) -> _T:
+    """Check that the configuration names ``repository`` and ``pool`` and that the
+    repository has ``revisions``, then run ``call`` under a spinner. Bad input fails here in
+    a second with one line, not after Prefect has started (where a failing flow also logs
+    its traceback)."""
     from kernelwatch.flows.config import load
+    from kernelwatch.flows.repos import sync
+    from kernelwatch.harness.worktree import resolve
 
     with _failures():
         config = load()
-        config.repository(repository)
+        repo = config.repository(repository)
         config.pool(pool)
+        named = [rev for rev in revisions if rev is not None]
+        if named:
+            path = sync(repo)
+            for rev in named:
+                resolve(path, rev)
         with stderr.status(label):
             return call()
 
@@ -86,7 +101,7 @@ def nightly(
         str | None, typer.Option(help="Run at this revision instead of the branch head.")
     ] = None,
 ) -> None:
-    """Run the nightly pipeline here: build, check and time the branch head, store it,
+    """Run the nightly pipeline here: check, build and time the branch head, store it,
     detect regressions over the stored history, bisect what is new, write the report.
 
     Exit 0 when the commit ran cleanly (regressions found are results, not failures), 1 when
@@ -96,9 +111,10 @@ def nightly(
     from kernelwatch.flows.nightly import nightly as nightly_flow
 
     summary = _run(
-        "nightly: build, check, time, store, detect...",
+        "nightly: check, build, time, store, detect...",
         repository,
         pool,
+        (rev,),
         lambda: nightly_flow(repository=repository, pool=pool, rev=rev),
     )
     print_nightly(summary)
@@ -114,7 +130,7 @@ def pr_check(
     pool: PoolOption = "local",
     out: Annotated[Path | None, typer.Option(help="Where the comment and the report go.")] = None,
 ) -> None:
-    """Compare HEAD against BASE on this device: both built, checked and timed interleaved.
+    """Compare HEAD against BASE on this device: both checked, built and timed interleaved.
     Writes the PR comment (markdown) and the HTML report and prints their paths.
 
     Exit 0 no regression, 1 regression, 2 the check could not be made (or bad input).
@@ -123,9 +139,10 @@ def pr_check(
     from kernelwatch.flows.prcheck import pr_check as pr_check_flow
 
     summary = _run(
-        "pr-check: build, check, time base and head interleaved...",
+        "pr-check: check, build, time base and head interleaved...",
         repository,
         pool,
+        (base, head),
         lambda: pr_check_flow(
             base=base,
             head=head,
@@ -170,6 +187,7 @@ def bisect(
         "bisect: timing probes interleaved against the good commit...",
         repository,
         pool,
+        (good, bad),
         lambda: bisect_flow(
             repository=repository,
             good=good,

@@ -1,0 +1,147 @@
+"""The local-mode commands (`kernelwatch nightly | pr-check | bisect | deploy`) as a person
+runs them, and the notifications the nightly sends."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from kernelwatch.flows.config import Notifications
+from kernelwatch.flows.demo import make_demo_repo
+from kernelwatch.flows.notify import RegressionNotice, send, slack_text
+
+NOTICE = RegressionNotice(
+    regression_id=7,
+    repository="serving",
+    title="rms_norm: +220.0% (1 series)",
+    magnitude_pct=220.0,
+    good="a" * 40,
+    bad="b" * 40,
+    culprit="c" * 40,
+    report="reports/nightly-serving.html",
+)
+
+
+@pytest.fixture
+def recorder():
+    """A local HTTP server that records every POST body; its base URL."""
+    received: list[tuple[str, dict]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, json.loads(body)))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", received
+    server.shutdown()
+
+
+def test_notifications_reach_webhooks_and_slack(recorder):
+    url, received = recorder
+    problems = send([NOTICE], Notifications(webhooks=(f"{url}/hook",), slack=(f"{url}/slack",)))
+    assert problems == []
+    (hook_path, hook), (slack_path, slack) = received
+    assert hook_path == "/hook" and hook["event"] == "kernelwatch.regressions"
+    assert hook["regressions"][0]["culprit"] == "c" * 40
+    assert slack_path == "/slack" and slack == {"text": slack_text(NOTICE)}
+    assert "culprit `cccccccccccc`" in slack["text"] and "+220.0%" in slack["text"]
+
+
+def test_an_unreachable_target_is_reported_not_fatal(recorder):
+    url, received = recorder
+    dead = "http://127.0.0.1:9/hook"  # discard port: nothing listens
+    problems = send([NOTICE], Notifications(webhooks=(dead, f"{url}/ok")))
+    assert len(problems) == 1 and problems[0].startswith(f"notification to {dead} failed")
+    assert [path for path, _ in received] == ["/ok"]
+    assert send([], Notifications(webhooks=(dead,))) == []
+
+
+@pytest.fixture
+def demo_repo(tmp_path_factory):
+    return make_demo_repo(tmp_path_factory.mktemp("cli") / "repo", nights=2, culprit_night=1)
+
+
+def _config(path: Path, repo: Path, reports: Path) -> Path:
+    path.write_text(
+        f"""
+[[repositories]]
+name = "demo"
+source = "{repo}"
+suite = "kwdemo"
+kernels = ["rms_norm"]
+dtypes = ["fp32"]
+archs = ["sm_90a"]
+
+[bench]
+baseline = false
+budget_s = 0.3
+
+[verdict]
+margin = 0.1
+
+[run]
+report_dir = "{reports}"
+"""
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nightly", "--pool", "gpu-x"], "no pool 'gpu-x'"),
+        (["nightly", "--repository", "other"], "no repository 'other'"),
+        (["nightly", "--rev", "nope"], "unknown revision 'nope'"),
+        (["pr-check", "--base", "nope", "--head", "main"], "unknown revision 'nope'"),
+        (["bisect", "--good", "main"], "pass --good REV and --bad REV, or --regression ID"),
+        (["deploy"], "no [pools] configured"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_before_prefect_starts(
+    kernelwatch_cli, tmp_path, demo_repo, monkeypatch, args, message
+):
+    config = _config(tmp_path / "kernelwatch.toml", demo_repo.path, tmp_path)
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+    proc = kernelwatch_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+def test_a_missing_configuration_file_is_named(kernelwatch_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(tmp_path / "absent.toml"))
+    proc = kernelwatch_cli("nightly")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {tmp_path / 'absent.toml'}: no such configuration file"
+
+
+def test_pr_check_command_exits_1_on_the_planted_regression_and_prints_its_files(
+    kernelwatch_cli, tmp_path, demo_repo, store_url, monkeypatch
+):
+    config = _config(tmp_path / "kernelwatch.toml", demo_repo.path, tmp_path / "reports")
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+    monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("KERNELWATCH_BUILD_CACHE", str(tmp_path / "build-cache"))
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    proc = kernelwatch_cli(
+        "pr-check", "--base", demo_repo.culprit_parent, "--head", demo_repo.culprit
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    files = dict(line.split(": ", 1) for line in proc.stdout.strip().splitlines())
+    comment, report = Path(files["comment"]), Path(files["report"])
+    assert comment.is_file() and report.is_file()
+    assert "rms_norm" in comment.read_text()
+    assert f"{demo_repo.culprit[:12]} vs {demo_repo.culprit_parent[:12]}: regression" in proc.stderr
+    assert "Traceback" not in proc.stderr
