@@ -4,7 +4,7 @@ Runs in the runner child, with both commits' suites imported side by side
 (``suite.load_suite_isolated``). For each case: A's fresh seeded inputs, shared by both
 sides; one launch of each side that fixes its config, whose outputs must be finite (a NaN
 or Inf output is that case's error, as the correctness check would call it); then A and B
-sampled alternately through one timer (``timing.time_arms``, as ``ab.measure_ab`` does).
+sampled alternately through one timer (``timing.time_arms``).
 Each side becomes a full :class:`Measurement` built exactly as ``bench`` builds one, so
 the flows can store each in its own commit's run.
 """

@@ -145,3 +145,41 @@ def test_warm_up_runs_by_time():
 def test_collect_refuses_no_arms():
     with pytest.raises(ValueError, match="at least one arm"):
         collect([], StopRule())
+
+
+def test_two_arms_alternate_and_both_sample_sets_come_back():
+    order: list[str] = []
+    clock = [0.0]
+
+    def arm(name: str, ns: float):
+        def sample() -> Sample:
+            order.append(name)
+            clock[0] += ns * 1e-9
+            return Sample(ns)
+
+        return sample
+
+    rule = StopRule(min_samples=10, min_time_s=0.0, budget_s=10)
+    result = collect([arm("A", 1e6), arm("B", 1.2e6)], rule, lambda: clock[0], lambda s: None)
+    assert order == ["A", "B"] * 10  # A B A B ...: drift hits both alike
+    a, b = result.arms
+    assert len(a) == len(b) == 10 and result.stop == CONVERGED
+    assert {s.ns for s in b} == {1.2e6}
+
+
+def test_a_noisy_arm_keeps_both_arms_sampling_to_the_budget():
+    clock = [0.0]
+    noise = iter([1.0, 1.3, 0.8, 1.1] * 100)
+
+    def quiet() -> Sample:
+        clock[0] += 1e-3
+        return Sample(1e6)
+
+    def noisy() -> Sample:
+        clock[0] += 1e-3
+        return Sample(1e6 * next(noise))
+
+    rule = StopRule(min_samples=10, min_time_s=0.0, budget_s=0.1)
+    result = collect([quiet, noisy], rule, lambda: clock[0], lambda s: None)
+    a, b = result.arms
+    assert result.stop == BUDGET and len(a) == len(b) == 50  # 0.1 s of 2 ms rounds
