@@ -3,7 +3,9 @@ suite runs through Triton's CPU interpreter on machines without a GPU."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,7 +19,9 @@ DEVICE = select_device()
 
 # Prefect keeps its state under PREFECT_HOME: the tests get a throw-away one, no telemetry,
 # before any test module imports Prefect.
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="kw-prefect-"))
+if "PREFECT_HOME" not in os.environ:
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="kw-prefect-")
+    atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
@@ -66,9 +70,6 @@ def pg_server():
     """A real PostgreSQL for the store tests, started by the product's embedded-server code in
     a temporary directory (under /tmp, so that as root the server's user can reach it), and
     stopped at the end of the session."""
-    import shutil
-    import tempfile
-
     from kernelwatch.store import migrate
     from kernelwatch.store.embedded import EmbeddedServer
 
