@@ -108,6 +108,12 @@ def demo(
             bar_ui.update(bar, description=f"night {index + 1}/{nights} {date} {sha[:8]}")
             last = nightly(repository="kwdemo", rev=sha)
             bisections.extend(last.bisections)
+            if not stderr.is_terminal:  # no live bar in a log: a line per night instead
+                stderr.print(
+                    f"night {index + 1}/{nights} {date} {sha[:8]}: {last.commit.status}, "
+                    f"{last.commit.measured} timed",
+                    highlight=False,
+                )
             if last.opened:
                 stderr.print(f"night {index + 1}: detection opened regression(s) {last.opened}")
             bar_ui.update(bar, advance=1)
