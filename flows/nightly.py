@@ -74,12 +74,21 @@ def nightly(
     outcome = run_commit(config, repo, path, sha, context)
     found = tasks.detect(repo.name, config.detection)
     bisections: list[BisectSummary] = []
+    problems: list[str] = []
     if config.bisect.auto:
         for regression_id in found.opened:
-            bisections.append(bisect(repository=repo.name, regression_id=regression_id, pool=pool))
+            # A bisection that cannot run (a range rewritten by a force-push, a good end
+            # that no longer imports) is reported; the night's results stand without it.
+            state = bisect(
+                repository=repo.name, regression_id=regression_id, pool=pool, return_state=True
+            )
+            if state.is_completed():
+                bisections.append(state.result())
+            else:
+                problems.append(f"bisection of regression #{regression_id} failed: {state.message}")
     report = nightly_report(config, repo.name)
     notices = regression_notices(found.opened, report)
-    problems = send(notices, config.notifications)
+    problems += send(notices, config.notifications)
     summary = NightlySummary(
         repository=repo.name,
         pool=pool,

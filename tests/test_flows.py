@@ -200,3 +200,41 @@ def test_crashing_hanging_and_nan_kernels_fail_alone(
     }
     assert timed == [("good", "ok")]  # only what passed is timed
     assert status == ("partial",)
+
+
+def test_a_bisection_that_cannot_run_is_reported_and_the_night_still_ends(
+    tmp_path, environment, planted_suite_path, monkeypatch
+):
+    from prefect import flow, task
+
+    import kernelwatch.flows.nightly as nightly_module
+    from kernelwatch.flows.detection import PassReport
+    from kernelwatch.harness.worktree import RevisionError
+
+    @task
+    def detect_opens_one(repository, config):
+        return PassReport(series=1, too_short=0, change_points=1, opened=(42,), closed=())
+
+    @flow(name="bisect")
+    def bisect_of_a_rewritten_range(**parameters):
+        raise RevisionError("2e2d9f2a is not an ancestor of c4e44d5a")
+
+    monkeypatch.setattr(nightly_module.tasks, "detect", detect_opens_one)
+    monkeypatch.setattr(nightly_module, "bisect", bisect_of_a_rewritten_range)
+    monkeypatch.setattr(nightly_module, "regression_notices", lambda ids, report: [])
+    repo = tmp_path / "kernels"
+    repository_of(repo, {"suite.py": planted_suite_path}, "one good kernel")
+    config = tmp_path / "kernelwatch.toml"
+    config.write_text(
+        _config(repo, "suite.py", ["good"], tmp_path / "reports", "").replace(
+            'name = "demo"', 'name = "rewritten"'
+        )
+    )
+    environment(config)
+    summary = nightly(repository="rewritten")
+    assert summary.commit.status == "ok" and summary.opened == (42,)
+    assert summary.bisections == ()
+    (problem,) = summary.problems
+    assert problem.startswith("bisection of regression #42 failed:")
+    assert "not an ancestor" in problem
+    assert summary.report is not None and Path(summary.report).is_file()
