@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kernelwatch.harness.archs import ARCHS, Arch
+from kernelwatch.harness.build.archs import ARCHS, Arch
+from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics
-from kernelwatch.harness.sass import TENSOR_CORE_RANK
 
 #: Instruction growth (a fraction of the base count) above which a build is flagged.
 DEFAULT_MAX_INSTRUCTION_GROWTH = 0.10

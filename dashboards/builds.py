@@ -15,7 +15,7 @@ UID = "kw-builds"
 _FILTER = """repository = '$repository' AND kernel = '$kernel' AND arch IN ($arch)
   AND dtype IN ($dtype)"""
 _LINE = "function || ' ' || arch || ' ' || dtype || ' ' || case_label"
-#: report_build_history.tensor_core_rank, as kernelwatch.harness.sass.TENSOR_CORE_RANK ranks.
+#: report_build_history.tensor_core_rank, as kernelwatch.harness.build.sass.TENSOR_CORE_RANK ranks.
 TENSOR_CORE_NAMES = {0: "none", 1: "HMMA (mma.sync)", 2: "wgmma (HGMMA/QGMMA)", 3: "tcgen05"}
 
 

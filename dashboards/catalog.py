@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelwatch.dashboards import builds, common, fleet, health, history, sol, triage
+from kernelwatch.dashboards import builds, common, fleet, health, sol
+from kernelwatch.dashboards import kernel_history as history
+from kernelwatch.dashboards import triage_board as triage
 
 #: In the order Grafana's dashboard list and the export show them.
 MODULES = (fleet, history, sol, builds, health, triage)

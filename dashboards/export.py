@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelwatch.dashboards import alerts
+from kernelwatch.dashboards import alert_rules as alerts
 
 #: Where, under a Grafana provisioning directory, the alerting file goes.
 ALERTING_FILE = Path("alerting") / "kernelwatch.json"

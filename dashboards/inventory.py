@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from kernelwatch.dashboards import alerts
+from kernelwatch.dashboards import alert_rules as alerts
 from kernelwatch.dashboards.macros import Request, Variable, expand
 
 #: Runs one SQL statement and returns (column names, rows).

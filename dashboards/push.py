@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from grafana_client import GrafanaApi
 from grafana_client.client import GrafanaClientError, GrafanaException, GrafanaUnauthorizedError
 
-from kernelwatch.dashboards import alerts
+from kernelwatch.dashboards import alert_rules as alerts
 from kernelwatch.dashboards.common import FOLDER_TITLE, FOLDER_UID
 
 _T = TypeVar("_T")

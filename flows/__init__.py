@@ -1,1 +1,2 @@
-"""Prefect orchestration and the ``kernelwatch`` command line."""
+"""Prefect orchestration: the nightly, pull-request and bisection flows, their tasks and
+deployments, notifications and the demo repository."""

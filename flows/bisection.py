@@ -1,5 +1,5 @@
 """The bisect flow: find the commit that made kernels slower, by a binary search on
-interleaved A/B verdicts (``analysis/bisect.py`` decides; this flow measures and stores).
+interleaved A/B verdicts (``analysis/bisect_search.py`` decides; this flow measures and stores).
 
 Each probe times the probed commit interleaved against the known-good one on this device
 (``tasks.ab``), so the verdict is immune to drift between nights; every probe's samples are
@@ -18,18 +18,18 @@ from typing import Any
 
 from prefect import flow
 
-from kernelwatch.analysis.bisect import BisectConfig, BisectOutcome, Probe
-from kernelwatch.analysis.bisect import bisect as search
+from kernelwatch.analysis.bisect_search import BisectConfig, BisectOutcome, Probe
+from kernelwatch.analysis.bisect_search import bisect as search
 from kernelwatch.analysis.verdict import ABVerdict, VerdictConfig, compare_measurements
-from kernelwatch.flows import config as configuration
+from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
 from kernelwatch.flows.repos import commit_info, commits_between
-from kernelwatch.harness.options import BenchOptions
 from kernelwatch.harness.records import ABMeasurement, CaseId, CommitInfo, DeviceInfo
+from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.worktree import RevisionError, checkout
-from kernelwatch.store.bisect import record_bisection
+from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
-from kernelwatch.store.triage import show_regression
+from kernelwatch.store.triage_state import show_regression
 
 #: A case as a regression names it: kernel, canonical parameters, dtype.
 CaseKey = tuple[str, str, str]

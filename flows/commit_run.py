@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelwatch.config.settings import Config, RepositoryConfig
 from kernelwatch.flows import pipeline, tasks
-from kernelwatch.flows.config import Config, RepositoryConfig
 from kernelwatch.flows.repos import commit_info
-from kernelwatch.harness.build import BuildFailed
+from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.worktree import checkout
 

@@ -17,9 +17,9 @@ import psycopg
 from kernelwatch.analysis.changepoints import ChangePoint, DetectorConfig
 from kernelwatch.analysis.confirm import counted_samples
 from kernelwatch.analysis.grouping import Alert, Regression, group, place
-from kernelwatch.analysis.history import detect_measurements
-from kernelwatch.analysis.triage import Triage, auto_close, recovery_index
-from kernelwatch.store.alerts import (
+from kernelwatch.analysis.record_changes import detect_measurements
+from kernelwatch.analysis.triage_rules import Triage, auto_close, recovery_index
+from kernelwatch.store.findings import (
     NewChangePoint,
     NewRegression,
     OpenMember,
@@ -28,8 +28,8 @@ from kernelwatch.store.alerts import (
     open_regression,
     stored_change_points,
 )
-from kernelwatch.store.history import StoredRun, StoredSeries, load_histories, repository_id
-from kernelwatch.store.triage import write_move
+from kernelwatch.store.series_history import StoredRun, StoredSeries, load_histories, repository_id
+from kernelwatch.store.triage_state import write_move
 
 DETECTOR = "kw-edm-1"
 ACTOR = "kernelwatch"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from kernelwatch.flows import config as configuration
+from kernelwatch.config import settings as configuration
 from kernelwatch.flows import tasks
 from kernelwatch.flows.bisection import BisectSummary, bisect
 from kernelwatch.flows.commit_run import CommitOutcome, run_commit

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from kernelwatch.flows.config import Notifications
+from kernelwatch.config.settings import Notifications
 
 
 @dataclass(frozen=True)

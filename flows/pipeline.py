@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kernelwatch.flows.config import RepositoryConfig
-from kernelwatch.harness.build import BuildRequest, run_build
-from kernelwatch.harness.buildcache import default_cache_dir
-from kernelwatch.harness.options import BenchOptions
+from kernelwatch.config.settings import RepositoryConfig
+from kernelwatch.harness.build.cache import default_cache_dir
+from kernelwatch.harness.build.stage import BuildRequest, run_build
 from kernelwatch.harness.records import (
     ABMeasurement,
     BuildMetrics,
@@ -35,6 +34,7 @@ from kernelwatch.harness.supervise import (
     run_benches,
     run_checks,
 )
+from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.store.runfile import Run, RunRecord
 
 

@@ -14,17 +14,17 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from kernelwatch.flows import config as configuration
+from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
-from kernelwatch.flows.report_cli import report_sources
 from kernelwatch.flows.reporting import artifact_key
 from kernelwatch.flows.repos import commit_info
-from kernelwatch.harness.build import BuildFailed
+from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.worktree import checkout, resolve
 from kernelwatch.report.compare import comparison_from_runs
 from kernelwatch.report.html import write_compare_report
 from kernelwatch.report.markdown import MARKER, pr_comment
+from kernelwatch.report.repro import repository_sources
 
 NO_REGRESSION, REGRESSION, ERROR = 0, 1, 2
 
@@ -99,7 +99,7 @@ def pr_check(
             run_b.info.run_id,
             out,
             comparison=comparison,
-            sources=report_sources(config),
+            sources=repository_sources(config),
         )
     comment = out / "pr-comment.md"
     markdown = pr_comment(comparison, report_link=str(report))

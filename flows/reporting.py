@@ -7,13 +7,13 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from kernelwatch.flows.config import Config
+from kernelwatch.config.settings import Config
 from kernelwatch.flows.notify import RegressionNotice
-from kernelwatch.flows.report_cli import report_sources
 from kernelwatch.flows.tasks import store_connection
 from kernelwatch.report.html import write_nightly_report
+from kernelwatch.report.repro import repository_sources
 from kernelwatch.store.report_queries import RunNotFound
-from kernelwatch.store.triage import show_regression
+from kernelwatch.store.triage_state import show_regression
 
 
 def nightly_report(config: Config, repository: str) -> Path | None:
@@ -22,7 +22,7 @@ def nightly_report(config: Config, repository: str) -> Path | None:
     with store_connection() as conn:
         try:
             return write_nightly_report(
-                conn, repository, Path(config.run.report_dir), sources=report_sources(config)
+                conn, repository, Path(config.run.report_dir), sources=repository_sources(config)
             )
         except RunNotFound:
             return None

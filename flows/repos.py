@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from kernelwatch.flows.config import RepositoryConfig
+from kernelwatch.config.settings import RepositoryConfig
 from kernelwatch.harness.records import CommitInfo
 from kernelwatch.harness.worktree import RevisionError, resolve
 

@@ -31,19 +31,19 @@ from prefect.context import TaskRunContext
 from prefect.runtime import flow_run
 
 from kernelwatch.analysis.changepoints import DetectorConfig
+from kernelwatch.config.database import load_config
+from kernelwatch.config.settings import RepositoryConfig
 from kernelwatch.flows import pipeline
-from kernelwatch.flows.config import RepositoryConfig
 from kernelwatch.flows.detection import PassReport, detect_and_alert
 from kernelwatch.flows.repos import InfrastructureError, sync
-from kernelwatch.harness.options import BenchOptions
 from kernelwatch.harness.records import (
     ABMeasurement,
     BuildMetrics,
     CorrectnessResult,
     Measurement,
 )
-from kernelwatch.harness.timing import HARNESS_VERSION
-from kernelwatch.store.config import load_config
+from kernelwatch.harness.timing.request import BenchOptions
+from kernelwatch.harness.timing.timers import HARNESS_VERSION
 from kernelwatch.store.connect import StoreUnavailable, connect, resolve
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.spool import Submitted, Submitter

@@ -97,7 +97,7 @@ def _arch(device: Any) -> str:
 def _function(source: str, digest: str, arch: str, entry: str) -> ctypes.c_void_p:
     """Compile, load and look up ``entry``; cached per source content, arch and entry (the
     module stays loaded for the life of the process, as torch's own kernels do)."""
-    from kernelwatch.harness.nvcc import compile_cuda
+    from kernelwatch.harness.build.nvcc import compile_cuda
 
     cubin = compile_cuda(Path(source), arch).cubin
     cuda = _cuda()

@@ -31,11 +31,11 @@ from typing import IO, TYPE_CHECKING, Any
 from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measurement
 
 if TYPE_CHECKING:  # kernel-side modules are imported only after the device is chosen
-    from kernelwatch.harness.bench import BenchSession
     from kernelwatch.harness.device import Device
     from kernelwatch.harness.records import SoftwareInfo
     from kernelwatch.harness.spec import Suite
     from kernelwatch.harness.suite import Task
+    from kernelwatch.harness.timing.case import BenchSession
 
     RunCase = Callable[[Task], CorrectnessResult | Measurement | ABMeasurement]
     Emit = Callable[[dict[str, Any]], None]
@@ -68,7 +68,7 @@ def main() -> int:
         suites = _load_suites(plan)
         suite = suites[0]
         if mode == "selfcheck":
-            from kernelwatch.harness.selfcheck import SelfcheckOptions, run_selfcheck
+            from kernelwatch.harness.timing.selfcheck import SelfcheckOptions, run_selfcheck
 
             options = SelfcheckOptions.from_json(plan["selfcheck"])
             report = run_selfcheck(
@@ -193,10 +193,10 @@ def _open_session(
 ) -> BenchSession | None:
     """The timing session of a bench or ab plan, using ceilings an earlier child of the same
     run measured; None after emitting a fatal event for a timer the device cannot do."""
-    from kernelwatch.harness.ab_session import ABSession
-    from kernelwatch.harness.bench import BenchSession
-    from kernelwatch.harness.options import BenchOptions
-    from kernelwatch.harness.sol import Ceilings
+    from kernelwatch.harness.timing.ab import ABSession
+    from kernelwatch.harness.timing.case import BenchSession
+    from kernelwatch.harness.timing.request import BenchOptions
+    from kernelwatch.harness.timing.roofline import Ceilings
 
     options = BenchOptions.from_json(plan["bench"])
     carried = plan.get("carry", {}).get("ceilings")
@@ -214,8 +214,8 @@ def _open_session(
 
 
 def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase:
-    from kernelwatch.harness.ab_session import ABSession
     from kernelwatch.harness.suite import lacks
+    from kernelwatch.harness.timing.ab import ABSession
 
     assert isinstance(session, ABSession)
     a, b = suites

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelwatch.harness.child import death, decode, kill, spawn, tail, wait
-from kernelwatch.harness.options import BenchOptions
 from kernelwatch.harness.records import (
     ABMeasurement,
     CaseId,
@@ -29,6 +28,7 @@ from kernelwatch.harness.records import (
     read_record,
 )
 from kernelwatch.harness.suite import SuiteRef, Task
+from kernelwatch.harness.timing.request import BenchOptions
 
 RUNNER = "kernelwatch.harness.runner"
 

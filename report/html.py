@@ -41,7 +41,7 @@ from kernelwatch.store.report_queries import (
     run_header,
     run_measurements,
 )
-from kernelwatch.store.triage import show_regression
+from kernelwatch.store.triage_state import show_regression
 
 #: History shown before a regression's earliest change point.
 HISTORY_BEFORE = timedelta(days=120)

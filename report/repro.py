@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernelwatch.config.settings import Config
 
 #: Where a URL source is cloned by the repro command.
 CLONE_DIR = "kw-repro"
@@ -23,6 +27,11 @@ class Source:
 
     location: str
     suite: str
+
+
+def repository_sources(config: Config) -> dict[str, Source]:
+    """Where each configured repository lives, for the reports' repro commands."""
+    return {r.name: Source(r.source, r.suite) for r in config.repositories.values()}
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from kernelwatch.harness.archs import DEFAULT_ARCHS, parse_archs
-from kernelwatch.harness.build import BuildRequest, BuildResult, default_workers, run_build
+from kernelwatch.harness.build.archs import DEFAULT_ARCHS, parse_archs
+from kernelwatch.harness.build.stage import BuildRequest, BuildResult, default_workers, run_build
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.worktree import checkout
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from kernelwatch.config.database import StoreConfig, load_config
 from kernelwatch.store import migrate
-from kernelwatch.store.config import StoreConfig, load_config
 from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer, ServerState
 
 

@@ -22,7 +22,7 @@ from kernelwatch.harness.records import (
     LaunchConfig,
     SoftwareInfo,
 )
-from kernelwatch.store.triage import OPEN_SQL
+from kernelwatch.store.triage_state import OPEN_SQL
 
 
 class RunNotFound(LookupError):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psycopg
 
+from kernelwatch.config.database import StoreConfig, load_config
 from kernelwatch.harness.records import RecordError
-from kernelwatch.store.config import StoreConfig, load_config
 from kernelwatch.store.connect import SchemaMismatch, StoreUnavailable, connect, resolve
 from kernelwatch.store.ingest import Ingester, IngestResult
 from kernelwatch.store.runfile import Run, read_run_file, write_run_file

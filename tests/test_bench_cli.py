@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from kernelwatch.harness.pinning import load_pins, pinned_config
 from kernelwatch.harness.records import Measurement
+from kernelwatch.harness.timing.pinning import load_pins, pinned_config
 
 _FAST = ("--budget", "0.05")
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-from kernelwatch.analysis.bisect import BisectConfig, Probe, bisect
+from kernelwatch.analysis.bisect_search import BisectConfig, Probe, bisect
 from kernelwatch.analysis.verdict import ABVerdict, compare
 
 

@@ -15,7 +15,7 @@ import pytest
 from gitrepo import git
 
 from kernelwatch.analysis.static_diff import diff_builds
-from kernelwatch.harness.build import BuildFailed, BuildRequest, BuildResult, run_build
+from kernelwatch.harness.build.stage import BuildFailed, BuildRequest, BuildResult, run_build
 from kernelwatch.harness.suite import SuiteRef
 from kernelwatch.harness.worktree import RevisionError, checkout
 

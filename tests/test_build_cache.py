@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelwatch.harness.buildcache import BuildCache, cache_key, default_cache_dir
+from kernelwatch.harness.build.cache import BuildCache, cache_key, default_cache_dir
 from kernelwatch.harness.records import BuildMetrics
 
 RECORD = BuildMetrics("s", "k", "k_kernel", "triton", "sm_90a", None, "ok", registers=40)

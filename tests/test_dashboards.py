@@ -21,14 +21,15 @@ import numpy as np
 import psycopg
 import pytest
 
-from kernelwatch.analysis.bisect import BisectOutcome, Step
+from kernelwatch.analysis.bisect_search import BisectOutcome, Step
 from kernelwatch.analysis.verdict import ABVerdict
-from kernelwatch.dashboards import alerts, catalog, inventory
+from kernelwatch.dashboards import alert_rules as alerts
+from kernelwatch.dashboards import catalog, inventory
 from kernelwatch.dashboards.macros import Request, expand
 from kernelwatch.flows.detection import detect_and_alert
+from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
-from kernelwatch.harness.sass import TENSOR_CORE_RANK
-from kernelwatch.store.bisect import record_bisection
+from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run

@@ -16,7 +16,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from kernelwatch.dashboards import alerts, catalog, datasource, push
+from kernelwatch.dashboards import alert_rules as alerts
+from kernelwatch.dashboards import catalog, datasource, push
 
 TOKEN = "kw-test-token"
 RECEIVERS = alerts.Receivers(

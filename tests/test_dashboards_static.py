@@ -16,7 +16,8 @@ import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from kernelwatch.dashboards import alerts, catalog, checks, datasource
+from kernelwatch.dashboards import alert_rules as alerts
+from kernelwatch.dashboards import catalog, checks, datasource
 from kernelwatch.dashboards.export import ALERTING_FILE, dump
 from kernelwatch.dashboards.macros import ExpansionError, Request, Variable, expand, rfc3339
 from kernelwatch.dashboards.sqlquery import DATASOURCE_TYPE, DATASOURCE_UID, SqlQuery

@@ -17,7 +17,7 @@ import pytest
 from gitrepo import git
 
 from kernelwatch.analysis.static_diff import diff_builds
-from kernelwatch.flows.demo import (
+from kernelwatch.flows.demo_repo import (
     AUTHOR,
     FIRST_DAY,
     DemoError,
@@ -27,7 +27,7 @@ from kernelwatch.flows.demo import (
     plant_regression,
     rewrite_imports,
 )
-from kernelwatch.harness.build import BuildRequest, run_build
+from kernelwatch.harness.build.stage import BuildRequest, run_build
 from kernelwatch.harness.suite import SuiteRef
 from kernelwatch.harness.worktree import checkout
 

@@ -17,7 +17,7 @@ import pytest
 from gitrepo import repository_of
 
 from kernelwatch.flows.bisection import bisect
-from kernelwatch.flows.demo import make_demo_repo
+from kernelwatch.flows.demo_repo import make_demo_repo
 from kernelwatch.flows.nightly import nightly
 from kernelwatch.flows.prcheck import pr_check
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.flows.config import Notifications
-from kernelwatch.flows.demo import make_demo_repo
+from kernelwatch.config.settings import Notifications
+from kernelwatch.flows.demo_repo import make_demo_repo
 from kernelwatch.flows.notify import RegressionNotice, send, slack_text
 
 NOTICE = RegressionNotice(

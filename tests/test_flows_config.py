@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.flows import deploy
-from kernelwatch.flows.config import LOCAL_POOL, load
-from kernelwatch.store.config import ConfigError
+from kernelwatch.config.database import ConfigError
+from kernelwatch.config.settings import LOCAL_POOL, load
+from kernelwatch.flows import deployments as deploy
 
 FULL = """
 [database]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernelwatch.analysis.history import detect_measurements
+from kernelwatch.analysis.record_changes import detect_measurements
 from kernelwatch.harness.records import CaseId, DeviceInfo, Measurement, Method, SoftwareInfo
 
 _CASE = CaseId("s", "gemm", "llm", {"m": 4096}, "bf16")

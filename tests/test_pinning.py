@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from kernelwatch.harness.pinning import (
+from kernelwatch.harness.records import LaunchConfig
+from kernelwatch.harness.timing.pinning import (
     PinFileError,
     load_pins,
     pinned_config,
     pins_from_json,
     pins_to_json,
 )
-from kernelwatch.harness.records import LaunchConfig
 
 _CFG = {"meta": {"BLOCK_M": 64}, "num_warps": 4, "num_stages": 3}
 

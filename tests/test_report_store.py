@@ -19,7 +19,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from kernelwatch.analysis.bisect import Probe, bisect
+from kernelwatch.analysis.bisect_search import Probe, bisect
 from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.harness.records import (
@@ -40,12 +40,12 @@ from kernelwatch.report import format as fmt
 from kernelwatch.report.compare import comparison_from_runs
 from kernelwatch.report.html import write_compare_report, write_nightly_report, write_run_report
 from kernelwatch.report.markdown import pr_comment
-from kernelwatch.store.bisect import record_bisection
+from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.report_queries import RunNotFound, resolve_run
 from kernelwatch.store.runfile import Run
-from kernelwatch.store.triage import show_regression
+from kernelwatch.store.triage_state import show_regression
 
 REPO = "kernels-repo"
 DEVICE = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from kernelwatch.harness.sampling import (
+from kernelwatch.harness.timing.sampling import (
     BUDGET,
     CONVERGED,
     TIMEOUT,

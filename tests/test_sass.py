@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelwatch.harness import sass
+from kernelwatch.harness.build import sass
 
 # ptxas-blackwell -v for a Triton softmax tile of 16384 at one warp (Triton 3.9, sm_90a).
 PTXAS_SPILLING = """\

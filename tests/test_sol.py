@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kernelwatch.harness.sol import Ceilings, datasheet_peaks, speed_of_light, with_ceilings
+from kernelwatch.harness.timing.roofline import (
+    Ceilings,
+    datasheet_peaks,
+    speed_of_light,
+    with_ceilings,
+)
 
 
 @pytest.mark.parametrize(

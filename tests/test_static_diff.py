@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kernelwatch.analysis.static_diff import compare, diff_builds, resident_blocks
-from kernelwatch.harness.archs import ARCHS
+from kernelwatch.harness.build.archs import ARCHS
 from kernelwatch.harness.records import BuildMetrics, LaunchConfig
 
 BASE = BuildMetrics(

@@ -17,9 +17,9 @@ import numpy as np
 import psycopg
 import pytest
 
+from kernelwatch.config.database import ConfigError, StoreConfig, load_config
 from kernelwatch.harness.records import BuildMetrics, CorrectnessResult, RecordError
 from kernelwatch.store import migrate, queries
-from kernelwatch.store.config import ConfigError, StoreConfig, load_config
 from kernelwatch.store.embedded import EmbeddedServer
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester

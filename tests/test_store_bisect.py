@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from kernelwatch.analysis.bisect import BisectOutcome, Probe, bisect
+from kernelwatch.analysis.bisect_search import BisectOutcome, Probe, bisect
 from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.harness.records import CommitInfo
-from kernelwatch.store.alerts import NewRegression, open_regression
-from kernelwatch.store.bisect import record_bisection
+from kernelwatch.store.bisect_steps import record_bisection
+from kernelwatch.store.findings import NewRegression, open_regression
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
-from kernelwatch.store.triage import TriageNotFound, show_regression
+from kernelwatch.store.triage_state import TriageNotFound, show_regression
 
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from kernelwatch.harness.sampling import Sample
-from kernelwatch.harness.telemetry import (
+from kernelwatch.harness.timing.sampling import Sample
+from kernelwatch.harness.timing.telemetry import (
     THROTTLE_MASK,
     NullProbe,
     State,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kernelwatch.harness.timing import (
+from kernelwatch.harness.timing.timers import (
     DEFAULT_FLUSH_BYTES,
     MAX_BACKLOG_NS,
     MAX_GRAPH_LAUNCHES,

@@ -7,7 +7,7 @@ import pytest
 
 from kernelwatch.analysis.changepoints import detect
 from kernelwatch.analysis.synthetic import make_series
-from kernelwatch.analysis.triage import (
+from kernelwatch.analysis.triage_rules import (
     Triage,
     TriageError,
     auto_close,

@@ -34,9 +34,9 @@ HISTORY_TRIGGERS = "('nightly', 'manual')"
 QUARANTINE_THROTTLED = 0.05
 QUARANTINE_NOISE_FACTOR = 2.0
 # Hours without a nightly run before the "nightly data missing" alert fires (in the rule's
-# threshold, kernelwatch.dashboards.alerts); the view only reports the age.
+# threshold, kernelwatch.dashboards.alert_rules); the view only reports the age.
 
-# kernelwatch.harness.sass.TENSOR_CORE_RANK, frozen here as this revision's SQL.
+# kernelwatch.harness.build.sass.TENSOR_CORE_RANK, frozen here as this revision's SQL.
 _TENSOR_CORE_RANK = """CASE b.tensor_core WHEN 'none' THEN 0 WHEN 'HMMA' THEN 1
         WHEN 'HGMMA' THEN 2 WHEN 'QGMMA' THEN 2 WHEN 'tcgen05' THEN 3 END"""
 

@@ -1,0 +1,37 @@
+"""The options several commands share, declared once (asv's ``common_args.py`` pattern):
+a command names its parameter with one of these types and gets the same flag, help and
+meaning as every other command that has it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+KernelOption = Annotated[
+    list[str] | None, typer.Option("--kernel", "-k", help="Only this kernel (repeatable).")
+]
+WorkloadOption = Annotated[str, typer.Option(help="Named workload, e.g. smoke or llm.")]
+DtypesOption = Annotated[
+    list[str] | None, typer.Option("--dtype", help="Only these dtypes (repeatable).")
+]
+SuiteOption = Annotated[
+    str, typer.Option(help="Suite module name or path to a suite .py file (in --repo).")
+]
+RepoOption = Annotated[
+    Path | None,
+    typer.Option(help="Repository checkout the suite imports its kernels from."),
+]
+SeedOption = Annotated[int, typer.Option(help="Seed for the random inputs.")]
+TimeoutOption = Annotated[
+    float, typer.Option(help="Seconds one case may run before it counts as hung.")
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="JSON on stdout, one record per line, instead of a table.")
+]
+RepositoryOption = Annotated[
+    str | None,
+    typer.Option(help="A repository of the configuration (default: the only one)."),
+]
+PoolOption = Annotated[str, typer.Option(help="The pool this machine stands for.")]

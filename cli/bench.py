@@ -1,0 +1,186 @@
+"""``kernelwatch bench``: timing from the command line.
+
+Kernel code runs only in the runner child (``harness/supervise.py``); this process formats
+what comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelwatch.cli.app import app
+from kernelwatch.cli.arguments import (
+    DtypesOption,
+    JsonOption,
+    KernelOption,
+    RepoOption,
+    SeedOption,
+    SuiteOption,
+    TimeoutOption,
+    WorkloadOption,
+)
+from kernelwatch.cli.console import fail, stderr, stream_records
+from kernelwatch.harness.records import Measurement
+from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
+from kernelwatch.harness.supervise import (
+    BenchRequest,
+    SelectionUnavailable,
+    SuiteError,
+    run_benches,
+)
+from kernelwatch.harness.timing.pinning import (
+    PinFileError,
+    load_pins,
+    pins_from_records,
+    pins_to_json,
+)
+from kernelwatch.harness.timing.request import BenchOptions
+
+_STATUS_STYLE = {"ok": "green", "error": "bold red", "unsupported": "yellow"}
+
+
+@app.command()
+def bench(
+    kernel: KernelOption = None,
+    workload: WorkloadOption = "smoke",
+    dtype: DtypesOption = None,
+    suite: SuiteOption = BUILTIN_SUITE,
+    repo: RepoOption = None,
+    seed: SeedOption = 0,
+    timer: Annotated[
+        str, typer.Option(help="auto, cuda-events, cuda-graph or cpu-perf-counter.")
+    ] = "auto",
+    l2: Annotated[
+        str | None, typer.Option(help="cold (flushed before each sample) or warm.")
+    ] = None,
+    target_ci: Annotated[
+        float, typer.Option(help="Stop once the median's 95% CI half-width is under this.")
+    ] = 0.005,
+    budget: Annotated[
+        float | None, typer.Option(help="Seconds of sampling per case before giving up on CI.")
+    ] = None,
+    pin: Annotated[
+        Path | None, typer.Option(help="JSON/TOML file of launch configs to pin per case.")
+    ] = None,
+    save_pins: Annotated[
+        Path | None, typer.Option(help="Write the configs this run used as a pin file.")
+    ] = None,
+    measure_ceilings: Annotated[
+        bool, typer.Option(help="Measure copy bandwidth and a bf16 GEMM; use them for %SOL.")
+    ] = False,
+    no_baseline: Annotated[
+        bool, typer.Option("--no-baseline", help="Skip timing the stock-library baseline.")
+    ] = False,
+    timeout: TimeoutOption = 300.0,
+    json_lines: JsonOption = False,
+) -> None:
+    """Time every kernel x workload case x dtype, with its baseline interleaved.
+
+    Exit 0 when every case was measured or is unsupported here, 1 when any case errored,
+    2 on bad input.
+    """
+    try:
+        pins = load_pins(pin) if pin is not None else {}
+    except PinFileError as exc:
+        fail(str(exc), code=2)
+    options = BenchOptions(
+        timer=timer,
+        l2=l2,
+        target_rel_ci=target_ci,
+        budget_s=budget,
+        baseline=not no_baseline,
+        measure_ceilings=measure_ceilings,
+        pins=pins,
+    )
+    request = BenchRequest(
+        suite=SuiteRef(suite, str(repo) if repo is not None else None),
+        kernels=tuple(kernel or ()),
+        workload=workload,
+        dtypes=tuple(dtype or ()),
+        seed=seed,
+        case_timeout_s=timeout,
+        options=options,
+    )
+    try:
+        records = stream_records(
+            "timing",
+            lambda on_plan: run_benches(request, on_plan=on_plan, on_carry=_show_ceilings),
+            json_lines,
+        )
+    except (SelectionUnavailable, SuiteError) as exc:
+        fail(str(exc), code=2)
+    if not json_lines:
+        _print_table(records)
+    if save_pins is not None:
+        save_pins.write_text(json.dumps(pins_to_json(pins_from_records(records)), indent=2) + "\n")
+    counts = Counter(r.status for r in records)
+    stderr.print(
+        f"bench: {counts['ok']} measured, {counts['error']} error, "
+        f"{counts['unsupported']} unsupported ({len(records)} cases)"
+    )
+    if counts["error"]:
+        raise typer.Exit(1)
+
+
+def _show_ceilings(key: str, value: Any) -> None:
+    if key == "ceilings":
+        stderr.print(
+            f"measured ceilings: copy {value['copy_gbps']:.4g} GB/s, "
+            f"bf16 GEMM {value['bf16_tflops']:.3g} TFLOP/s (n={value['gemm_size']})"
+        )
+
+
+def format_ns(ns: float | None) -> str:
+    """A duration with a unit that keeps 3-4 significant digits: ``12.3 us``, ``1.25 ms``."""
+    if ns is None:
+        return "-"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print_table(records: list[Measurement]) -> None:
+    """The measurement table on stdout; reasons shared by many rows are numbered notes."""
+    out = Console() if sys.stdout.isatty() else Console(width=200)
+    notes: dict[str, int] = {}
+    table = Table(title="bench" + (f" ({records[0].method.label()})" if records else ""))
+    columns = ("kernel", "case", "dtype", "median", "95% CI", "samples", "TFLOP/s", "GB/s")
+    for column in (*columns, "%SOL", "speedup", "status"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        s, sol = r.summary, r.sol
+        status = (
+            r.status
+            if not r.reason
+            else f"{r.status} [{notes.setdefault(r.reason, len(notes) + 1)}]"
+        )
+        style = _STATUS_STYLE.get(r.status, "")
+        table.add_row(
+            r.case.kernel,
+            r.case.label(),
+            r.case.dtype,
+            format_ns(s.median_ns) if s else "-",
+            f"±{100 * s.rel_ci_halfwidth:.2f}% {s.stop}" if s else "-",
+            f"{s.n}/{len(r.samples_ns)}" if s else "-",
+            _number(sol.tflops if sol else None, ".3g"),
+            _number(sol.gbps if sol else None, ".3g"),
+            f"{sol.pct_sol:.1f} {sol.bound}" if sol and sol.pct_sol is not None else "-",
+            _number(r.speedup, ".3g"),
+            f"[{style}]{status}[/{style}]" if style else status,
+        )
+    out.print(table)
+    for text, number in notes.items():
+        out.print(f"[{number}] {text}", markup=False, highlight=False)

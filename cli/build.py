@@ -1,0 +1,268 @@
+"""``kernelwatch build`` and ``kernelwatch build-diff``: the per-commit build stage.
+
+Cross-compiles every kernel of a suite for sm_90a and sm_100a (no GPU needed), prints what
+the compiler made of each (registers, spills, shared memory, tensor-core path...), and
+between two revisions reports static regressions (``analysis/static_diff.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelwatch.analysis.static_diff import (
+    DEFAULT_MAX_INSTRUCTION_GROWTH,
+    Finding,
+    diff_builds,
+)
+from kernelwatch.cli.app import app
+from kernelwatch.cli.arguments import (
+    DtypesOption,
+    JsonOption,
+    KernelOption,
+    RepoOption,
+    SuiteOption,
+    WorkloadOption,
+)
+from kernelwatch.cli.console import fail, progress, stderr
+from kernelwatch.harness.build.archs import DEFAULT_ARCHS, parse_archs
+from kernelwatch.harness.build.cache import default_cache_dir
+from kernelwatch.harness.build.stage import (
+    DEFAULT_WORKLOAD,
+    BuildFailed,
+    BuildRequest,
+    BuildResult,
+    default_workers,
+    run_build,
+)
+from kernelwatch.harness.records import BuildMetrics
+from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
+from kernelwatch.harness.worktree import RevisionError, checkout
+
+_ARCHS = ",".join(DEFAULT_ARCHS)
+_WORKERS = default_workers()
+ArchOption = Annotated[
+    str, typer.Option("--arch", help="Comma-separated targets: sm_90a, sm_100a, sm_80.")
+]
+WorkersOption = Annotated[int, typer.Option(help="Parallel build processes.")]
+NoCacheOption = Annotated[
+    bool, typer.Option("--no-cache", help="Compile everything; neither read nor fill the cache.")
+]
+
+
+def build(
+    rev: Annotated[
+        str | None, typer.Option(help="Revision to build (default: the files as they are).")
+    ] = None,
+    arch: ArchOption = _ARCHS,
+    kernel: KernelOption = None,
+    dtype: DtypesOption = None,
+    workload: WorkloadOption = DEFAULT_WORKLOAD,
+    suite: SuiteOption = BUILTIN_SUITE,
+    repo: RepoOption = None,
+    workers: WorkersOption = _WORKERS,
+    no_cache: NoCacheOption = False,
+    json_lines: JsonOption = False,
+) -> None:
+    """Cross-compile every kernel x config x target and report what the compiler produced.
+
+    Exit 0 when everything compiled, 1 when any build failed, 2 on bad input.
+    """
+    request = _request(arch, kernel, dtype, workload, workers, no_cache)
+    result = _build_rev(request, suite, repo, rev, "build")
+    if json_lines:
+        for record in result.records:
+            sys.stdout.write(record.dumps() + "\n")
+    else:
+        _print_builds(result.records)
+    counts = Counter(r.status for r in result.records)
+    cached = sum(r.cached for r in result.records)
+    stderr.print(
+        f"build: {counts['ok']} ok, {counts['error']} error, {cached} from cache "
+        f"({len(result.records)} builds of suite {result.suite!r})"
+    )
+    if counts["error"]:
+        raise typer.Exit(1)
+
+
+def build_diff(
+    base: Annotated[str, typer.Argument(help="Revision to compare against.")],
+    head: Annotated[str, typer.Argument(help="Revision under test.")],
+    arch: ArchOption = _ARCHS,
+    kernel: KernelOption = None,
+    dtype: DtypesOption = None,
+    workload: WorkloadOption = DEFAULT_WORKLOAD,
+    suite: SuiteOption = BUILTIN_SUITE,
+    repo: RepoOption = None,
+    max_instruction_growth: Annotated[
+        float, typer.Option(help="Flag instruction counts up by more than this fraction.")
+    ] = DEFAULT_MAX_INSTRUCTION_GROWTH,
+    workers: WorkersOption = _WORKERS,
+    no_cache: NoCacheOption = False,
+    json_lines: JsonOption = False,
+) -> None:
+    """Build BASE and HEAD and report static regressions (spills, lost tensor-core path,
+    occupancy cliffs, shared memory over the limit, builds that stopped compiling,
+    instruction growth, narrower loads).
+
+    Exit 0 when none, 1 when any regression, 2 on bad input.
+    """
+    request = _request(arch, kernel, dtype, workload, workers, no_cache)
+    before = _build_rev(request, suite, repo, base, "base")
+    after = _build_rev(request, suite, repo, head, "head", fatal_code=1)
+    findings = diff_builds(before.records, after.records, max_instruction_growth)
+    if json_lines:
+        for finding in findings:
+            sys.stdout.write(json.dumps(finding.to_json(), sort_keys=True) + "\n")
+    else:
+        _print_findings(findings)
+    stderr.print(
+        f"build-diff: {len(findings)} static regression(s) in {len(after.records)} builds "
+        f"({base} -> {head})"
+    )
+    if findings:
+        raise typer.Exit(1)
+
+
+def _request(
+    arch: str,
+    kernel: list[str] | None,
+    dtype: list[str] | None,
+    workload: str,
+    workers: int,
+    no_cache: bool,
+) -> BuildRequest:
+    try:
+        archs = parse_archs(arch)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    if workers < 1:
+        fail(f"--workers must be at least 1, got {workers}", code=2)
+    return BuildRequest(
+        archs=archs,
+        kernels=tuple(kernel or ()),
+        workload=workload,
+        dtypes=tuple(dtype or ()),
+        cache_dir=None if no_cache else str(default_cache_dir()),
+        workers=workers,
+    )
+
+
+def _build_rev(
+    request: BuildRequest,
+    suite: str,
+    repo: Path | None,
+    rev: str | None,
+    label: str,
+    fatal_code: int = 2,
+) -> BuildResult:
+    """Build ``rev`` of the suite (the files on disk when None). A suite that cannot be
+    loaded exits ``fatal_code``: bad input at the base, a regression at the head."""
+    try:
+        with _suite_at(suite, repo, rev) as ref, progress() as bar_ui:
+            bar = bar_ui.add_task(f"{label}: importing the suite", total=None)
+
+            def on_plan(n: int) -> None:
+                bar_ui.update(bar, total=n, description=f"{label}: compiling")
+
+            def on_record(record: BuildMetrics) -> None:
+                bar_ui.update(bar, advance=1, description=f"{label}: {record.kernel}")
+
+            return run_build(dataclasses.replace(request, suite=ref), on_plan, on_record)
+    except RevisionError as exc:
+        fail(str(exc), code=2)
+    except BuildFailed as exc:
+        where = f"{label} ({rev})" if rev else label
+        fail(f"{where}: {exc}", code=fatal_code)
+
+
+@contextlib.contextmanager
+def _suite_at(suite: str, repo: Path | None, rev: str | None) -> Iterator[SuiteRef]:
+    """The suite reference to build: from a worktree of ``rev`` when one is given."""
+    if rev is None:
+        yield SuiteRef(suite, str(repo) if repo is not None else None)
+        return
+    if repo is None and suite != BUILTIN_SUITE:
+        raise RevisionError(f"--rev needs --repo: which repository is {suite!r} in?")
+    with checkout(repo or _kernelwatch_repo(), rev) as tree:
+        yield SuiteRef(suite, str(tree.path))
+
+
+def _kernelwatch_repo() -> Path:
+    """The checkout this kernelwatch runs from (found without importing the kernels)."""
+    spec = importlib.util.find_spec(BUILTIN_SUITE)
+    assert spec is not None and spec.submodule_search_locations is not None
+    return Path(next(iter(spec.submodule_search_locations))).parent
+
+
+def _console() -> Console:
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _print_builds(records: list[BuildMetrics]) -> None:
+    table = Table(title="build")
+    columns = ("kernel", "function", "dtype", "arch", "config", "case", "regs", "spill st/ld B")
+    columns += ("smem st+dyn B", "tensor core", "ld bits", "instr", "status")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for r in records:
+        status = "cached" if r.cached else r.status
+        if r.status != "ok":
+            status = f"[bold red]error[/bold red] {r.reason}"
+        table.add_row(
+            r.kernel,
+            r.function,
+            r.dtype,
+            r.arch,
+            r.config.label() if r.config else "-",
+            r.case,
+            _n(r.registers),
+            f"{_n(r.spill_store_bytes)}/{_n(r.spill_load_bytes)}",
+            f"{_n(r.shared_static_bytes)}+{_n(r.shared_dynamic_bytes)}",
+            r.tensor_core or "-",
+            _n(r.global_load_bits),
+            _n(r.instructions),
+            status,
+        )
+    _console().print(table)
+
+
+def _print_findings(findings: list[Finding]) -> None:
+    table = Table(title="static regressions")
+    for column in ("rule", "kernel", "function", "dtype", "arch", "config", "case", "before"):
+        table.add_column(column, overflow="fold")
+    table.add_column("after", overflow="fold")
+    table.add_column("what", overflow="fold")
+    for f in findings:
+        table.add_row(
+            f.rule,
+            f.kernel,
+            f.function,
+            f.dtype,
+            f.arch,
+            f.config,
+            f.case,
+            f.before,
+            f"[bold red]{f.after}[/bold red]",
+            f.message,
+        )
+    _console().print(table)
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+app.command("build")(build)
+app.command("build-diff")(build_diff)

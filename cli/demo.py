@@ -1,0 +1,141 @@
+"""``kernelwatch demo``: the main job. The nightly pipeline over a demo kernel repository's
+history, on this machine, ending with the regression found and bisected to its commit.
+
+It builds a git repository from the built-in kernels with one planted regression
+(``flows/demo_repo.py``), writes a configuration for it, gives it a fresh database on the embedded
+server (``kernelwatch_demo``, so your own history is untouched), then runs the real
+``nightly`` flow once per night of the history, oldest first, through Prefect's local
+API. Detection needs a few nights after the regression; the night it fires, the nightly
+bisects the range and writes the culprit back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernelwatch.cli.app import app
+from kernelwatch.cli.console import fail, progress, stderr
+from kernelwatch.cli.localrun import prepare_prefect, print_nightly
+
+DEMO_DATABASE = "kernelwatch_demo"
+
+
+def demo_config(repo: Path, suite: str, reports: Path) -> str:
+    """The demo's kernelwatch.toml: one repository on the local pool, the interpreter's
+    cheap selection, and detection and A/B thresholds for a short history on a CPU."""
+    return f"""\
+# Written by `kernelwatch demo`. The keys are documented in docs/FLOWS.md.
+[[repositories]]
+name = "kwdemo"
+source = "{repo}"
+suite = "{suite}"
+branch = "main"
+workload = "smoke"
+dtypes = ["fp32"]
+archs = ["sm_90a", "sm_100a"]
+
+[bench]
+baseline = false
+min_samples = 10
+budget_s = 0.2
+
+# A short history cannot reach the fleet's p < 1e-5 (a rank test on 12 nights against 10
+# bottoms out near 1e-4); docs/FLOWS.md gives these settings' miss and false-alarm rates.
+[detection]
+alpha = 1e-3
+
+# The interpreter's timings wander by a few percent; the planted regression is ~3x.
+[verdict]
+margin = 0.1
+
+[bisect]
+budget_s = 120
+
+[run]
+case_timeout_s = 120
+report_dir = "{reports}"
+"""
+
+
+@app.command()
+def demo(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the demo repository, config and reports go.")
+    ] = Path("kernelwatch-demo"),
+    nights: Annotated[int, typer.Option(help="Nights of history.", min=22, max=60)] = 22,
+) -> None:
+    """Run the nightly pipeline over a demo repository's history with a planted regression,
+    detect it, bisect it, and name the culprit. Exit 0 when bisection named the planted
+    commit, 1 otherwise."""
+    prepare_prefect()
+    from kernelwatch.config.database import CONFIG_ENV, URL_ENV, load_config
+    from kernelwatch.flows.demo_repo import make_demo_repo
+    from kernelwatch.flows.nightly import nightly
+    from kernelwatch.store import migrate
+    from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer
+
+    root = directory.resolve()
+    if (root / "repo").exists():
+        shutil.rmtree(root / "repo")
+    root.mkdir(parents=True, exist_ok=True)
+    culprit_night = nights - 10  # ten regressed nights: detection fires with six or more
+    made = make_demo_repo(root / "repo", nights=nights, culprit_night=culprit_night)
+    config_path = root / "kernelwatch.toml"
+    config_path.write_text(demo_config(made.path, made.suite, root / "reports"))
+    server = EmbeddedServer(load_config().pg_dir)
+    try:
+        server.ensure_running()
+        url = server.recreate_database(DEMO_DATABASE)
+    except EmbeddedError as exc:
+        fail(str(exc), code=1)
+    migrate.upgrade(url)
+    os.environ[URL_ENV] = url
+    os.environ[CONFIG_ENV] = str(config_path)
+    stderr.print(
+        f"demo: {len(made.commits)} commits over {nights} nights in {made.path}; "
+        f"one of them slows down {made.culprit_kernel}"
+    )
+    last = None
+    bisections = []
+    with progress() as bar_ui:
+        bar = bar_ui.add_task("nightly", total=len(made.nights))
+        for index, (date, sha) in enumerate(made.nights):
+            bar_ui.update(bar, description=f"night {index + 1}/{nights} {date} {sha[:8]}")
+            last = nightly(repository="kwdemo", rev=sha)
+            bisections.extend(last.bisections)
+            if not stderr.is_terminal:  # no live bar in a log: a line per night instead
+                stderr.print(
+                    f"night {index + 1}/{nights} {date} {sha[:8]}: {last.commit.status}, "
+                    f"{last.commit.measured} timed",
+                    highlight=False,
+                )
+            if last.opened:
+                stderr.print(f"night {index + 1}: detection opened regression(s) {last.opened}")
+            bar_ui.update(bar, advance=1)
+    assert last is not None
+    print_nightly(last)
+    for bisection in bisections:
+        stderr.print(f"regression #{bisection.regression_id}: {bisection.line()}", markup=False)
+    culprits = _culprits()
+    named = made.culprit in culprits
+    verdict = "found it" if named else f"named {', '.join(c[:12] for c in culprits) or 'nothing'}"
+    stderr.print(
+        f"planted: {made.culprit[:12]} in {made.culprit_kernel}; bisection {verdict}",
+        markup=False,
+    )
+    if not named:
+        raise typer.Exit(1)
+
+
+def _culprits() -> list[str]:
+    from kernelwatch.flows.tasks import store_connection
+    from kernelwatch.store.triage_state import list_regressions
+
+    with store_connection() as conn:
+        rows = list_regressions(conn, "all", "kwdemo")
+    return [row["culprit_sha"] for row in rows if row["culprit_sha"]]

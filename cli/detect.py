@@ -1,0 +1,164 @@
+"""``kernelwatch detect FILE.jsonl``: change points in series given as JSON lines.
+
+Each line is one series: ``{"id": ..., "y": [numbers], "t"?: [...], "rev"?: [...],
+"lower_is_better"?: bool}``, ``y`` in commit order (times by default, so lower is better).
+The whole file is validated before anything is printed, so output is never half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelwatch.analysis.changepoints import Detection, DetectorConfig, detect
+from kernelwatch.cli.app import app
+from kernelwatch.cli.arguments import JsonOption
+from kernelwatch.cli.console import fail, progress, stderr
+
+
+@dataclass(frozen=True)
+class SeriesInput:
+    """One validated input line."""
+
+    line: int
+    id: Any
+    y: list[float]
+    t: list[Any] | None
+    rev: list[Any] | None
+    lower_is_better: bool
+
+
+@app.command("detect")
+def detect_command(
+    file: Annotated[Path, typer.Argument(help="JSON lines, one series per line; - for stdin.")],
+    json_out: JsonOption = False,
+    fail_on_regression: Annotated[
+        bool, typer.Option(help="Exit 1 when any series has a regression.")
+    ] = False,
+) -> None:
+    """Find change points in each series: where the level moved, which way, by how much.
+
+    A series shorter than two regimes is reported as too_short, not as unchanged. Exit 0,
+    or 1 with --fail-on-regression when a regression was found; 2 on bad input.
+    """
+    series = _read(file)
+    results: list[tuple[SeriesInput, Detection]] = []
+    with progress() as bar_ui:
+        bar = bar_ui.add_task("detecting", total=len(series))
+        for s in series:
+            config = replace(DetectorConfig(), lower_is_better=s.lower_is_better)
+            results.append((s, detect(s.y, config)))
+            bar_ui.update(bar, advance=1)
+    if json_out:
+        for s, found in results:
+            sys.stdout.write(json.dumps(_to_json(s, found)) + "\n")
+    else:
+        _print_table(results)
+    regressions = sum(
+        cp.direction == "regression" for _, found in results for cp in found.change_points
+    )
+    too_short = sum(found.status == "too_short" for _, found in results)
+    stderr.print(
+        f"detect: {len(results)} series, {regressions} regressions, "
+        f"{sum(len(f.change_points) for _, f in results) - regressions} improvements, "
+        f"{too_short} too short to judge"
+    )
+    if fail_on_regression and regressions:
+        raise typer.Exit(1)
+
+
+def _read(file: Path) -> list[SeriesInput]:
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}", code=2)
+    out = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if raw.strip():
+            out.append(_parse(number, raw))
+    if not out:
+        fail(f"{file} holds no series; write one JSON object per line", code=2)
+    return out
+
+
+def _parse(line: int, raw: str) -> SeriesInput:
+    where = f"line {line}"
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        fail(f"{where}: not JSON ({exc.msg}); write one JSON object per line", code=2)
+    if not isinstance(data, dict):
+        fail(f"{where}: expected a JSON object with a 'y' list, got {type(data).__name__}", 2)
+    if "y" not in data:
+        fail(f"{where}: missing 'y' (the list of values in commit order)", code=2)
+    y = data["y"]
+    if not isinstance(y, list) or not y:
+        fail(f"{where}: 'y' must be a non-empty list of numbers", code=2)
+    for i, v in enumerate(y):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            fail(f"{where}: y[{i}] is {json.dumps(v)}; 'y' must hold finite numbers", code=2)
+        if v <= 0:
+            fail(f"{where}: y[{i}] is {v}; values must be positive times or rates", code=2)
+    for key in ("t", "rev"):
+        extra = data.get(key)
+        if extra is not None and (not isinstance(extra, list) or len(extra) != len(y)):
+            fail(f"{where}: '{key}' must be a list as long as 'y' ({len(y)})", code=2)
+    lower = data.get("lower_is_better", True)
+    if not isinstance(lower, bool):
+        fail(f"{where}: 'lower_is_better' must be true or false", code=2)
+    return SeriesInput(line, data.get("id", line), y, data.get("t"), data.get("rev"), lower)
+
+
+def _to_json(s: SeriesInput, found: Detection) -> dict[str, Any]:
+    points = []
+    for cp in found.change_points:
+        point: dict[str, Any] = {
+            "index": cp.index,
+            "direction": cp.direction,
+            "magnitude_pct": round(cp.magnitude_pct, 4),
+            "p_value": cp.p_value,
+        }
+        if s.rev is not None:
+            point["rev"] = s.rev[cp.index]
+        if s.t is not None:
+            point["t"] = s.t[cp.index]
+        points.append(point)
+    out: dict[str, Any] = {"id": s.id, "status": found.status, "n": found.n}
+    if found.status == "too_short":
+        out["needs"] = 2 * DetectorConfig().min_size
+    else:
+        out["noise_pct"] = round(found.noise_pct, 4)
+    out["change_points"] = points
+    return out
+
+
+def _print_table(results: list[tuple[SeriesInput, Detection]]) -> None:
+    out = Console() if sys.stdout.isatty() else Console(width=160)
+    table = Table(title="change points")
+    for column in ("series", "points", "noise", "status", "change points"):
+        table.add_column(column, overflow="fold")
+    for s, found in results:
+        if found.status == "too_short":
+            status = f"[yellow]too short[/yellow] (needs {2 * DetectorConfig().min_size})"
+            noise = "-"
+        else:
+            status = "[green]no change[/green]" if not found.change_points else "changed"
+            noise = f"{found.noise_pct:.2f}%"
+        lines = []
+        for cp in found.change_points:
+            style = "bold red" if cp.direction == "regression" else "green"
+            at = f"{cp.index}" + (f" ({s.rev[cp.index]})" if s.rev is not None else "")
+            lines.append(
+                f"[{style}]{cp.direction}[/{style}] at {at}: "
+                f"{cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})"
+            )
+        table.add_row(str(s.id), str(found.n), noise, status, "\n".join(lines) or "-")
+    out.print(table)

@@ -1,0 +1,113 @@
+"""What the commands that run a Prefect flow on this machine share (``nightly``,
+``pr-check``, ``bisect``, ``demo``): Prefect's local defaults, bad input turned into one line
+before Prefect starts, and the summaries they print.
+
+With no ``PREFECT_API_URL`` Prefect starts its local ephemeral API for the process, and the
+store is the embedded PostgreSQL unless the configuration names a database: nothing to start
+by hand. With ``PREFECT_API_URL`` set, the same flows report to that server.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+import typer
+
+from kernelwatch.cli.console import fail, stderr
+
+if TYPE_CHECKING:
+    from kernelwatch.flows.bisection import BisectSummary
+    from kernelwatch.flows.nightly import NightlySummary
+
+_T = TypeVar("_T")
+
+# Prefect's defaults for a run on a laptop or a CI machine: no telemetry, and its per-task
+# INFO lines left out of the way of kernelwatch's own output.
+_LOCAL_PREFECT = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+}
+
+
+def prepare_prefect() -> None:
+    """Set the local defaults above, unless the environment already chose. Call it before
+    Prefect is first imported: it reads its settings then."""
+    for key, value in _LOCAL_PREFECT.items():
+        os.environ.setdefault(key, value)
+
+
+@contextmanager
+def _failures() -> Iterator[None]:
+    """Turn the errors a person can fix into one line and an exit code: configuration,
+    revisions and selections 2, an unreachable store 1."""
+    from kernelwatch.config.database import ConfigError
+    from kernelwatch.flows.repos import InfrastructureError
+    from kernelwatch.harness.worktree import RevisionError
+    from kernelwatch.store.connect import SchemaMismatch, StoreUnavailable
+
+    try:
+        yield
+    except (ConfigError, RevisionError, SchemaMismatch) as exc:
+        fail(str(exc), code=2)
+    except (StoreUnavailable, InfrastructureError) as exc:
+        fail(str(exc), code=1)
+
+
+def run_checked(
+    label: str,
+    repository: str | None,
+    pool: str,
+    revisions: tuple[str | None, ...],
+    call: Callable[[], _T],
+) -> _T:
+    """Check that the configuration names ``repository`` and ``pool`` and that the
+    repository has ``revisions``, then run ``call`` under a spinner. Bad input fails here in
+    a second with one line, not after Prefect has started (where a failing flow also logs
+    its traceback)."""
+    from kernelwatch.config.settings import load
+    from kernelwatch.flows.repos import sync
+    from kernelwatch.harness.worktree import resolve
+
+    with _failures():
+        config = load()
+        repo = config.repository(repository)
+        config.pool(pool)
+        named = [rev for rev in revisions if rev is not None]
+        if named:
+            path = sync(repo)
+            for rev in named:
+                resolve(path, rev)
+        with stderr.status(label):
+            return call()
+
+
+def print_nightly(summary: NightlySummary) -> None:
+    """The nightly's outcome in a few lines on stderr (the report has the rest)."""
+    c = summary.commit
+    stderr.print(
+        f"nightly {summary.repository} @ {c.sha[:12]}: {c.status}, {c.cases} cases checked, "
+        f"{c.measured} timed"
+    )
+    if c.error:
+        stderr.print(f"  error: {c.error}", markup=False)
+    for kernel, reason in sorted(c.failed.items()):
+        stderr.print(f"  {kernel} failed: {reason}", markup=False)
+    stderr.print(
+        f"  detection: {summary.change_points} new change points, "
+        f"{len(summary.opened)} regressions opened, {len(summary.closed)} closed"
+    )
+    for bisection in summary.bisections:
+        print_bisection(bisection)
+    for problem in summary.problems:
+        stderr.print(f"  warning: {problem}", markup=False)
+    if summary.report:
+        typer.echo(f"report: {summary.report}")
+
+
+def print_bisection(summary: BisectSummary) -> None:
+    """One line per bisection: the culprit, or why there is none."""
+    stderr.print(f"  bisect: {summary.line()}", markup=False, highlight=False)

@@ -1,0 +1,51 @@
+"""``kernelwatch pr-check``: the pull-request flow on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernelwatch.cli.app import app
+from kernelwatch.cli.arguments import PoolOption, RepositoryOption
+from kernelwatch.cli.console import fail, stderr
+from kernelwatch.cli.localrun import prepare_prefect, run_checked
+
+
+@app.command("pr-check")
+def pr_check(
+    base: Annotated[str, typer.Option(help="The pull request's base revision.")],
+    head: Annotated[str, typer.Option(help="The pull request's head revision.")],
+    repository: RepositoryOption = None,
+    pool: PoolOption = "local",
+    out: Annotated[Path | None, typer.Option(help="Where the comment and the report go.")] = None,
+) -> None:
+    """Compare HEAD against BASE on this device: both checked, built and timed interleaved.
+    Writes the PR comment (markdown) and the HTML report and prints their paths.
+
+    Exit 0 no regression, 1 regression, 2 the check could not be made (or bad input).
+    """
+    prepare_prefect()
+    from kernelwatch.flows.prcheck import pr_check as pr_check_flow
+
+    summary = run_checked(
+        "pr-check: check, build, time base and head interleaved...",
+        repository,
+        pool,
+        (base, head),
+        lambda: pr_check_flow(
+            base=base,
+            head=head,
+            repository=repository,
+            pool=pool,
+            out_dir=str(out) if out else None,
+        ),
+    )
+    if summary.error:
+        fail(summary.error, code=2)
+    verdict = "regression" if summary.outcome == 1 else "no regression"
+    stderr.print(f"pr-check {summary.head[:12]} vs {summary.base[:12]}: {verdict}")
+    typer.echo(f"comment: {summary.comment}")
+    typer.echo(f"report: {summary.report}")
+    raise typer.Exit(summary.outcome)

@@ -1,0 +1,223 @@
+"""``kernelwatch regressions``: list, inspect and triage the regressions detection raised."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from collections.abc import Callable
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelwatch.analysis.triage_rules import ALLOWED, CLOSED, TriageError
+from kernelwatch.cli.arguments import JsonOption
+from kernelwatch.cli.connection import open_store
+from kernelwatch.cli.console import fail
+from kernelwatch.flows.detection import detect_and_alert
+from kernelwatch.store.triage_state import (
+    STATE_FILTERS,
+    Moved,
+    TriageNotFound,
+    apply_move,
+    list_regressions,
+    reset_baseline,
+    show_regression,
+)
+
+_T = TypeVar("_T")
+
+regressions_app = typer.Typer(
+    no_args_is_help=False,
+    invoke_without_command=True,
+    help="Regressions: list, show and triage them (ack, resolve, reset-baseline).",
+)
+
+Actor = Annotated[
+    str | None, typer.Option("--by", help="Who is acting (default: $USER).", show_default=False)
+]
+Note = Annotated[str, typer.Option(help="A note kept in the regression's history.")]
+
+
+@regressions_app.callback()
+def _default(ctx: typer.Context) -> None:
+    """Regressions: list, show and triage them (ack, resolve, reset-baseline)."""
+    if ctx.invoked_subcommand is None:
+        list_command(state="open", repository=None, json_out=False)
+
+
+@regressions_app.command(name="list")
+def list_command(
+    state: Annotated[
+        str, typer.Option(help=f"A triage state, or one of {', '.join(STATE_FILTERS)}.")
+    ] = "open",
+    repository: Annotated[str | None, typer.Option(help="Only this repository.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Regressions in a state (default: open), newest first."""
+    if state not in STATE_FILTERS and state not in ALLOWED:
+        fail(f"unknown state {state!r}; use one of {[*STATE_FILTERS, *ALLOWED]}", code=2)
+    with open_store() as conn:
+        rows = list_regressions(conn, state, repository)
+    if json_out:
+        for row in rows:
+            typer.echo(json.dumps(row, default=str, sort_keys=True))
+        return
+    table = Table(title=f"regressions ({state})")
+    for column in ("id", "repository", "title", "state", "cause", "range", "series", "assignee"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(
+            str(row["regression_id"]),
+            row["repository"],
+            row["title"],
+            row["state"],
+            row["cause"],
+            f"{_short(row['good_sha'])}..{_short(row['bad_sha'])}",
+            str(row["change_points"]),
+            row["assignee"] or "",
+        )
+    _out().print(table)
+
+
+@regressions_app.command()
+def update(
+    repository: Annotated[str, typer.Option(help="The repository whose history to scan.")],
+) -> None:
+    """Run change-point detection over a repository's stored history: store new change
+    points, open one regression per culprit range, close those whose series recovered."""
+    with open_store() as conn:
+        report = detect_and_alert(conn, repository)
+    typer.echo(
+        f"detection: {report.series} series ({report.too_short} too short to judge), "
+        f"{report.change_points} new change point(s), {len(report.opened)} regression(s) "
+        f"opened, {len(report.closed)} closed as recovered"
+    )
+    for regression_id in report.opened:
+        typer.echo(f"opened #{regression_id}")
+    for regression_id in report.closed:
+        typer.echo(f"closed #{regression_id} (recovered)")
+
+
+@regressions_app.command()
+def show(regression_id: int, json_out: JsonOption = False) -> None:
+    """One regression: the series it groups, how much each moved, and its triage history."""
+    with open_store() as conn:
+        detail = _guard(lambda: show_regression(conn, regression_id))
+    if json_out:
+        typer.echo(json.dumps(detail, default=str, sort_keys=True))
+        return
+    out = _out()
+    out.print(
+        f"#{detail['regression_id']} {detail['title']} [{detail['state']}] "
+        f"cause={detail['cause']} range={_short(detail['good_sha'])}..{_short(detail['bad_sha'])}"
+        + (f" culprit={_short(detail['culprit_sha'])}" if detail["culprit_sha"] else ""),
+        markup=False,
+        highlight=False,
+    )
+    table = Table(title="change points")
+    for column in ("kernel", "case", "dtype", "device", "change", "commit"):
+        table.add_column(column, overflow="fold")
+    for cp in detail["change_point_list"]:
+        table.add_row(
+            cp["kernel"],
+            " ".join(f"{k}={v}" for k, v in cp["params"].items()),
+            cp["dtype"],
+            cp["device_model"],
+            f"{100 * cp['rel_change']:+.1f}%",
+            _short(cp["commit_sha"]),
+        )
+    out.print(table)
+    for event in detail["events"]:
+        out.print(
+            f"{event['at']:%Y-%m-%d %H:%M} {event['actor']}: {event['state']} {event['note']}",
+            markup=False,
+            highlight=False,
+        )
+
+
+@regressions_app.command()
+def ack(
+    regression_id: int,
+    note: Note = "",
+    assignee: Annotated[str | None, typer.Option(help="Who will look into it.")] = None,
+    bug: Annotated[str | None, typer.Option(help="A bug tracker link.")] = None,
+    by: Actor = None,
+) -> None:
+    """Acknowledge a regression (someone owns it now)."""
+    _move(regression_id, "acknowledged", note, by, assignee=assignee, bug=bug)
+
+
+@regressions_app.command()
+def resolve(
+    regression_id: int,
+    as_: Annotated[
+        str, typer.Option("--as", help=f"How it ended: one of {', '.join(sorted(CLOSED))}.")
+    ],
+    note: Note = "",
+    bug: Annotated[str | None, typer.Option(help="A bug tracker link.")] = None,
+    by: Actor = None,
+) -> None:
+    """Close a regression as fixed, wont_fix, false_positive or hardware_issue."""
+    if as_ not in CLOSED:
+        fail(f"--as {as_!r} is not a closing state; use one of {sorted(CLOSED)}", code=2)
+    _move(regression_id, as_, note, by, bug=bug)
+
+
+@regressions_app.command(name="reset-baseline")
+def reset_baseline_command(
+    repository: Annotated[str, typer.Option(help="The repository whose baseline moves.")],
+    commit: Annotated[str, typer.Option(help="The commit of the intended change (sha).")],
+    note: Annotated[str, typer.Option(help="Why the change is intended.")],
+    kernel: Annotated[
+        str | None, typer.Option(help="Only this kernel's series (default: all).")
+    ] = None,
+    by: Actor = None,
+) -> None:
+    """Accept an intended change: detection restarts at COMMIT and the open regressions it
+    explains close as wont_fix. History is kept."""
+    with open_store() as conn:
+        moved = _guard(
+            lambda: reset_baseline(conn, repository, commit, _actor(by), note, kernel=kernel)
+        )
+    typer.echo(f"baseline reset at {commit} in {repository}; {len(moved)} regression(s) closed")
+    for m in moved:
+        _echo_move(m)
+
+
+def _move(regression_id: int, to: str, note: str, by: str | None, **fields: str | None) -> None:
+    with open_store() as conn:
+        moved = _guard(
+            lambda: apply_move(conn, regression_id, to, _actor(by), note or None, **fields)
+        )
+    _echo_move(moved)
+
+
+def _guard(action: Callable[[], _T]) -> _T:
+    try:
+        return action()
+    except (TriageError, TriageNotFound) as exc:
+        fail(str(exc), code=2)
+
+
+def _echo_move(moved: Moved) -> None:
+    typer.echo(f"#{moved.regression_id}: {moved.before} -> {moved.after}")
+
+
+def _actor(by: str | None) -> str:
+    if by:
+        return by
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _short(sha: str | None) -> str:
+    return sha[:10] if sha else "?"
+
+
+def _out() -> Console:
+    return Console(width=160) if not Console().is_terminal else Console()

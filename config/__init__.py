@@ -1,0 +1,2 @@
+"""The one configuration file, ``kernelwatch.toml``, and the environment variables that
+override it."""

@@ -1,0 +1,90 @@
+"""Triage board: regressions by state, each on one line with what moved where, its commit
+range and culprit, how far bisection got and the last triage event; bisection steps and the
+triage history under it. Triage itself is done with `kernelwatch regressions`."""
+
+from __future__ import annotations
+
+import typing
+
+from grafana_foundation_sdk.builders import dashboard as sdk
+
+from kernelwatch.analysis.triage_rules import OPEN, State
+from kernelwatch.dashboards import common
+
+UID = "kw-triage"
+
+STATES = list(typing.get_args(State))
+
+
+def dashboard() -> sdk.Dashboard:
+    """The triage board dashboard."""
+    return (
+        common.new_dashboard(
+            UID,
+            "kernelwatch: triage board",
+            "Regressions by triage state (open ones whatever their age, closed ones opened "
+            "in the time range), bisection steps and triage history.",
+            since="90d",
+        )
+        .with_variable(common.repository_variable())
+        .with_variable(common.choice("state", "State", STATES, [s for s in STATES if s in OPEN]))
+        .with_panel(
+            common.stat_panel(
+                "Regressions per state",
+                """
+SELECT state, regressions
+FROM report_triage_summary
+WHERE repository = '$repository' AND state IN ($state)
+ORDER BY state
+""",
+                w=24,
+                h=4,
+            ).reduce_options(common.row_values())
+        )
+        .with_panel(
+            common.table_panel(
+                "Regressions",
+                """
+SELECT regression_id, title, state, cause, magnitude, kernels, device_models,
+  change_points, worst_change, good_sha, bad_sha, culprit_sha, bisect_steps, last_verdict,
+  assignee, bug_url, age_days, last_event_at, last_actor, last_note
+FROM report_triage_board
+WHERE repository = '$repository' AND state IN ($state)
+  AND (open OR $__timeFilter(created_at))
+ORDER BY open DESC, created_at DESC
+""",
+                w=24,
+                h=12,
+            )
+            .override_by_name("magnitude", [common.unit("percentunit")])
+            .override_by_name("worst_change", [common.unit("percentunit")])
+            .override_by_name("age_days", [common.unit("d")])
+        )
+        .with_panel(
+            common.table_panel(
+                "Bisection steps",
+                """
+SELECT at, regression_id, step, verdict, probe_sha, good_sha, ratio, ci_low, ci_high,
+  samples, gpu_seconds, device_model, host, note
+FROM report_bisect_steps
+WHERE repository = '$repository' AND $__timeFilter(at)
+ORDER BY at DESC, step DESC
+""",
+                w=12,
+                h=9,
+            )
+        )
+        .with_panel(
+            common.table_panel(
+                "Triage history",
+                """
+SELECT at, regression_id, title, state, actor, note
+FROM report_regression_events
+WHERE repository = '$repository' AND $__timeFilter(at)
+ORDER BY at DESC
+""",
+                w=12,
+                h=9,
+            )
+        )
+    )

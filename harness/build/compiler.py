@@ -1,0 +1,219 @@
+"""Compile one recorded launch for one target and measure the result, through the cache.
+
+Triton launches go through ``triton.compile`` with the recorded specialisation (no GPU
+needed: ``GPUTarget`` names the target); CUDA C++ launches through ``nvcc``. Both cubins are
+read the same way (``nvtools.analyse_cubin``). Runs in the build child only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+from kernelwatch.harness.build import nvcc
+from kernelwatch.harness.build import nvtools
+from kernelwatch.harness.build.archs import ARCHS
+from kernelwatch.harness.build.cache import BuildCache, cache_key
+from kernelwatch.harness.build.plan import Job
+from kernelwatch.harness.build.capture import CudaLaunch, TritonLaunch
+from kernelwatch.harness.cuda_kernel import source_hash
+from kernelwatch.harness.records import BuildMetrics
+
+
+@dataclasses.dataclass(frozen=True)
+class _Artifact:
+    cubin: bytes
+    ptxas_log: str
+    function: str
+    shared_dynamic_bytes: int
+    num_warps: int
+    num_stages: int | None
+    seconds: float
+
+
+def build(job: Job, suite: str, cache: BuildCache | None) -> BuildMetrics:
+    """The build record of ``job``: from the cache when the same source, specialisation,
+    target and toolchain were built before, else compiled now. Never raises for a kernel's
+    own failure: that is an ``error`` record."""
+    skeleton = job.skeleton(suite)
+    try:
+        source, toolchain = _source_and_toolchain(job)
+        key = cache_key(
+            {
+                "language": skeleton.language,
+                "source": source,
+                "launch": job.launch.identity(),
+                "arch": job.arch,
+                "toolchain": toolchain,
+            }
+        )
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            # The artifact is shared; the identity (kernel, case...) is this job's.
+            return dataclasses.replace(
+                skeleton,
+                **{f: getattr(hit, f) for f in _MEASURED},
+                source_hash=source,
+                toolchain=toolchain,
+                cached=True,
+            )
+        artifact = _compile(job)
+        record = _measure(skeleton, artifact, source, toolchain)
+    except Exception as exc:  # the kernel's failure, not the builder's
+        message = f"{type(exc).__name__}: {exc}".strip()
+        return dataclasses.replace(
+            skeleton,
+            reason=f"does not compile for {job.arch}: {message.splitlines()[0][:300]}",
+            detail=(message + "\n" + getattr(exc, "log", ""))[-4000:],
+        )
+    if cache is not None:
+        cache.put(key, record)
+    return record
+
+
+_MEASURED = (
+    "status",
+    "registers",
+    "spill_store_bytes",
+    "spill_load_bytes",
+    "stack_bytes",
+    "shared_static_bytes",
+    "shared_dynamic_bytes",
+    "num_warps",
+    "num_stages",
+    "tensor_core",
+    "tma_loads",
+    "global_load_bits",
+    "local_loads",
+    "local_stores",
+    "instructions",
+    "opcodes",
+    "cubin_bytes",
+    "cubin_sha256",
+    "compile_s",
+)
+
+
+def _source_and_toolchain(job: Job) -> tuple[str, dict[str, str]]:
+    launch = job.launch
+    if isinstance(launch, TritonLaunch):
+        return _line_free_hash(launch.fn), nvtools.triton_toolchain(ARCHS[job.arch].capability)
+    flags = " ".join(nvcc.NVCC_FLAGS)
+    toolchain = {"nvcc": nvcc.nvcc_version(), "nvcc_flags": flags}
+    toolchain["cuobjdump"] = nvtools.tool_version(nvtools.tool("cuobjdump"))
+    return source_hash(launch.kernel.source), toolchain
+
+
+def _line_free_hash(fn: Any) -> str:
+    """Triton's hash of ``fn``, every JIT function it calls and the constexpr globals it
+    reads, computed as if every function started on line 0.
+
+    Triton's own key includes each function's first line, so an edit above a kernel (in the
+    same file) would rebuild it; the code is the same (only its debug line table moves), so
+    the cache should not see a change.
+    """
+    from triton.runtime.jit import _triton_jit_function_registry as registry
+
+    saved = [(f, f.starting_line_number, f.hash) for f in registry.values()]
+    try:
+        for f, _, _ in saved:
+            f.starting_line_number, f.hash = 0, None
+        return fn.cache_key
+    finally:
+        for f, line, digest in saved:
+            f.starting_line_number, f.hash = line, digest
+
+
+def _compile(job: Job) -> _Artifact:
+    if isinstance(job.launch, TritonLaunch):
+        return _compile_triton(job.launch, job.arch)
+    return _compile_cuda(job.launch, job.arch)
+
+
+def _compile_triton(launch: TritonLaunch, arch: str) -> _Artifact:
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    # ptxas's -v report is the only place spills are stated; Triton prints it when asked.
+    knobs.nvidia.dump_ptxas_log = True
+    log = io.StringIO()
+    source = ASTSource(launch.fn, launch.signature, launch.constexprs, launch.attrs)
+    target = GPUTarget("cuda", ARCHS[arch].capability, 32)
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(log):
+        compiled = triton.compile(source, target=target, options=dict(launch.options))
+    seconds = time.perf_counter() - start
+    meta = compiled.metadata
+    return _Artifact(
+        cubin=compiled.asm["cubin"],
+        ptxas_log=log.getvalue(),
+        function=meta.name,
+        shared_dynamic_bytes=int(meta.shared),
+        num_warps=int(meta.num_warps),
+        num_stages=int(meta.num_stages),
+        seconds=seconds,
+    )
+
+
+def _compile_cuda(launch: CudaLaunch, arch: str) -> _Artifact:
+    built = _nvcc(str(launch.kernel.source), source_hash(launch.kernel.source), arch)
+    threads = launch.block[0] * launch.block[1] * launch.block[2]
+    return _Artifact(
+        cubin=built.cubin,
+        ptxas_log=built.log,
+        function=launch.entry,
+        shared_dynamic_bytes=launch.shared_bytes,
+        num_warps=-(-threads // 32),
+        num_stages=None,  # no software pipelining to speak of in CUDA C++
+        seconds=built.seconds,
+    )
+
+
+@functools.cache
+def _nvcc(source: str, digest: str, arch: str) -> nvcc.CudaBuild:
+    """One nvcc run per file and target serves every entry point in it."""
+    return nvcc.compile_cuda(Path(source), arch)
+
+
+def _measure(
+    skeleton: BuildMetrics, artifact: _Artifact, source: str, toolchain: dict[str, Any]
+) -> BuildMetrics:
+    functions = nvtools.analyse_cubin(artifact.cubin, artifact.ptxas_log)
+    if artifact.function not in functions:
+        raise nvtools.ToolError(
+            f"function {artifact.function!r} is not in the cubin (found {sorted(functions)}); "
+            'declare CUDA entry points extern "C" __global__'
+        )
+    f = functions[artifact.function]
+    return dataclasses.replace(
+        skeleton,
+        status="ok",
+        registers=f.registers,
+        spill_store_bytes=f.spill_store_bytes,
+        spill_load_bytes=f.spill_load_bytes,
+        stack_bytes=f.stack_bytes,
+        shared_static_bytes=f.shared_static_bytes,
+        shared_dynamic_bytes=artifact.shared_dynamic_bytes,
+        num_warps=artifact.num_warps,
+        num_stages=artifact.num_stages,
+        tensor_core=f.mix.tensor_core,
+        tma_loads=f.mix.tma_loads,
+        global_load_bits=f.mix.global_load_bits,
+        local_loads=f.mix.local_loads,
+        local_stores=f.mix.local_stores,
+        instructions=f.mix.instructions,
+        opcodes=f.mix.opcodes,
+        cubin_bytes=len(artifact.cubin),
+        cubin_sha256=hashlib.sha256(artifact.cubin).hexdigest(),
+        source_hash=source,
+        compile_s=round(artifact.seconds, 4),
+        toolchain=toolchain,
+    )

@@ -1,0 +1,125 @@
+"""Turn a suite into the list of builds: kernel x dtype x config x specialisation x arch.
+
+Runs in the build child (it launches spec code on the meta device, see ``capture.py``). The
+list is deterministic, so several children agree on it and each takes its share by index.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kernelwatch.harness.build.capture import Launch, recording
+from kernelwatch.harness.records import BuildMetrics, CaseId, LaunchConfig
+from kernelwatch.harness.spec import DTYPES, KernelSpec, Suite
+
+
+@dataclass(frozen=True)
+class Job:
+    """One compile: a recorded launch for one target, and where it came from."""
+
+    kernel: str
+    dtype: str
+    workload: str
+    case: str
+    config: LaunchConfig | None
+    launch: Launch
+    arch: str
+
+    def skeleton(self, suite: str) -> BuildMetrics:
+        """The record's identity, with ``status`` error until the compile says otherwise."""
+        return BuildMetrics(
+            suite=suite,
+            kernel=self.kernel,
+            function=self.launch.function,
+            language="cuda" if hasattr(self.launch, "entry") else "triton",
+            arch=self.arch,
+            config=self.config,
+            status="error",
+            dtype=self.dtype,
+            workload=self.workload,
+            case=self.case,
+        )
+
+
+def plan_builds(
+    suite: Suite,
+    kernels: Sequence[str],
+    workload: str,
+    dtypes: Sequence[str],
+    archs: Sequence[str],
+) -> tuple[list[Job], list[BuildMetrics]]:
+    """The jobs to compile, and an error record per (kernel, dtype, arch) whose launches could
+    not be recorded (a spec whose ``launch`` needs real data, say)."""
+    jobs: list[Job] = []
+    failures: list[BuildMetrics] = []
+    for spec in suite.kernels:
+        if kernels and spec.name not in kernels:
+            continue
+        chosen = workload if workload in spec.workloads else next(iter(spec.workloads))
+        chosen_dtypes = [d for d in spec.dtypes if d in dtypes] if dtypes else default_dtypes(spec)
+        for dtype in chosen_dtypes:
+            try:
+                launches = _record(spec, chosen, dtype)
+            except Exception as exc:  # the spec's failure, recorded per target
+                reason = f"could not record the launches on the meta device: {_one_line(exc)}"
+                detail = traceback.format_exc(limit=6)[-4000:]
+                failures += [
+                    BuildMetrics(
+                        suite.name,
+                        spec.name,
+                        "",
+                        "triton",
+                        arch,
+                        None,
+                        "error",
+                        reason,
+                        detail=detail,
+                        dtype=dtype,
+                        workload=chosen,
+                    )
+                    for arch in archs
+                ]
+                continue
+            jobs += [
+                Job(spec.name, dtype, chosen, case, config, launch, arch)
+                for case, config, launch in launches
+                for arch in archs
+            ]
+    return jobs, failures
+
+
+def default_dtypes(spec: KernelSpec) -> tuple[str, ...]:
+    """What is built when no dtype is asked for: the 16-bit dtypes LLM serving runs in, when
+    the spec has them (fp32 doubles the build time for a path production rarely takes)."""
+    half = tuple(d for d in spec.dtypes if d in ("fp16", "bf16"))
+    return half or tuple(spec.dtypes)
+
+
+def _record(
+    spec: KernelSpec, workload: str, dtype: str
+) -> list[tuple[str, LaunchConfig | None, Launch]]:
+    """Distinct (case label, config, launch) of one spec and dtype: a specialisation that
+    several cases share is kept once, under the first case's label."""
+    generator = torch.Generator().manual_seed(0)
+    meta = torch.device("meta")
+    seen: dict[str, tuple[str, LaunchConfig | None, Launch]] = {}
+    for config in spec.configs or (None,):
+        for params in spec.cases(workload):
+            with recording() as recorder:
+                inputs = spec.make_inputs(params, DTYPES[dtype], meta, generator)
+                outputs = spec.make_outputs(inputs, params)
+                used = spec.launch(inputs, outputs, params, config)
+            for launch in recorder.launches:
+                launch_config = launch.config or used
+                key = repr((launch_config, launch.identity()))
+                label = CaseId("", spec.name, workload, dict(params), dtype).label()
+                seen.setdefault(key, (label, launch_config, launch))
+    return list(seen.values())
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]

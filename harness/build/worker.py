@@ -1,0 +1,105 @@
+"""The child process of the build stage: ``python -m kernelwatch.harness.build.worker``.
+
+Kernel code is imported only here, as in ``runner.py``: an import error, a compiler crash or
+a hang costs this process, and the parent (``stage.py``) records it.
+
+Protocol: a JSON plan on stdin (``BuildRequest.plan``); JSON lines on stdout:
+``{"event": "plan", "suite": NAME, "tasks": N}``, then for each task this worker owns
+(see ``main``, minus ``skip``) ``{"event": "begin", "task": i, "record": {...}}``
+(the record's identity, for the parent to report if this process dies) and
+``{"event": "result", "task": i, "record": {...}}``. A suite that cannot be imported ends
+with ``{"event": "fatal", "message": "..."}``.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelwatch.harness.records import BuildMetrics
+from kernelwatch.harness.runner import EXIT_FATAL, private_stdout
+from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteLoadError, SuiteRef, load_suite
+
+
+def main() -> int:
+    """Plan, then build this worker's share; see the module docstring for the protocol."""
+    protocol = private_stdout()
+    faulthandler.enable()
+    plan = json.load(sys.stdin)
+
+    def emit(event: dict[str, Any]) -> None:
+        protocol.write(json.dumps(event, allow_nan=False) + "\n")
+        protocol.flush()
+
+    try:
+        suite = _load(SuiteRef.from_json(plan["suite"]))
+    except SuiteLoadError as exc:
+        emit({"event": "fatal", "message": str(exc)})
+        return EXIT_FATAL
+
+    from kernelwatch.harness.build.cache import BuildCache
+    from kernelwatch.harness.build.plan import plan_builds
+    from kernelwatch.harness.build.compiler import build
+    from kernelwatch.harness.spec import DTYPES
+
+    unknown = [k for k in plan["kernels"] if k not in suite.names]
+    if unknown:
+        valid = ", ".join(suite.names)
+        emit(
+            {"event": "fatal", "message": f"unknown kernel {unknown[0]!r}; valid kernels: {valid}"}
+        )
+        return EXIT_FATAL
+    bad = [d for d in plan["dtypes"] if d not in DTYPES]
+    if bad:
+        emit({"event": "fatal", "message": f"unknown dtype {bad[0]!r}; valid: {', '.join(DTYPES)}"})
+        return EXIT_FATAL
+    jobs, failures = plan_builds(
+        suite, plan["kernels"], plan["workload"], plan["dtypes"], plan["archs"]
+    )
+    tasks: list[Any] = [*failures, *jobs]
+    emit({"event": "plan", "suite": suite.name, "tasks": len(tasks)})
+    cache = BuildCache(Path(plan["cache"])) if plan["cache"] else None
+    skip = set(plan["skip"])
+    for index in range(len(tasks)):
+        # Both targets of one launch go to one worker and neighbouring launches (of similar
+        # cost: configs of one kernel) to different ones, which keeps the workers balanced.
+        if index // len(plan["archs"]) % plan["workers"] != plan["worker"] or index in skip:
+            continue
+        task = tasks[index]
+        if isinstance(task, BuildMetrics):
+            emit({"event": "result", "task": index, "record": task.to_json()})
+            continue
+        emit({"event": "begin", "task": index, "record": task.skeleton(suite.name).to_json()})
+        record = build(task, suite.name, cache)
+        emit({"event": "result", "task": index, "record": record.to_json()})
+    return 0
+
+
+def _load(ref: SuiteRef) -> Any:
+    """Import the suite. The built-in suite at another checkout is imported from that
+    checkout's ``kernels/`` while the platform stays this one (so old commits are built by
+    the current harness)."""
+    if ref.target == BUILTIN_SUITE and ref.root is not None:
+        package = Path(ref.root) / "kernels"
+        spec = importlib.util.spec_from_file_location(
+            BUILTIN_SUITE, package / "__init__.py", submodule_search_locations=[str(package)]
+        )
+        if spec is None or spec.loader is None:
+            raise SuiteLoadError(f"{package} is not a Python package")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[BUILTIN_SUITE] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # that commit's import error is that commit's failure
+            first = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+            raise SuiteLoadError(f"could not import suite {BUILTIN_SUITE!r}: {first}") from exc
+        ref = SuiteRef(BUILTIN_SUITE)
+    return load_suite(ref)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Time one case at two commits interleaved: the per-case driver of the runner's ``ab`` mode.
+
+Runs in the runner child, with both commits' suites imported side by side
+(``suite.load_suite_isolated``). For each case: A's fresh seeded inputs, shared by both
+sides; one launch of each side that fixes its config, whose outputs must be finite (a NaN
+or Inf output is that case's error, as the correctness check would call it); then A and B
+sampled alternately through one timer (``timing.time_arms``).
+Each side becomes a full :class:`Measurement` built exactly as ``bench`` builds one, so
+the flows can store each in its own commit's run.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from kernelwatch.harness.device import Device
+from kernelwatch.harness.records import ABMeasurement, CaseId, LaunchConfig, Measurement
+from kernelwatch.harness.spec import KernelSpec, KernelUnsupported
+from kernelwatch.harness.suite import Task
+from kernelwatch.harness.timing.case import BenchSession, Prepared, prepare
+from kernelwatch.harness.timing.pinning import pinned_config
+from kernelwatch.harness.timing.sampling import Collected, Sample
+from kernelwatch.harness.timing.timers import time_arms
+
+#: The sides, in the order they are sampled.
+SIDES = ("A", "B")
+
+
+class ABSession(BenchSession):
+    """A bench session whose cases are A/B pairs; open it with ``ABSession.open``."""
+
+    def measure_pair(
+        self, spec_a: KernelSpec, spec_b: KernelSpec, suite: str, task: Task, seed: int
+    ) -> ABMeasurement:
+        """Time ``task`` with A's and B's implementation interleaved; every failure becomes
+        an ``error`` record whose reason names the side."""
+        case = _case(suite, task)
+        common = self._common(case)
+        if task.dtype in self.device.unsupported_dtypes:
+            reason = self.device.unsupported_dtypes[task.dtype]
+            return self.unsupported(
+                suite, task, f"unsupported on {self.device.info.kind}: {reason}"
+            )
+        start = time.perf_counter()
+        stage = "A"
+        try:
+            time.sleep(self.resolved.cool_down_s)
+            pin = pinned_config(self.options.pins, task.kernel, task.params, task.dtype)
+            first = _prepare_finite(spec_a, case, self.device, seed, pin, None)
+            stage = "B"
+            second = _prepare_finite(spec_b, case, self.device, seed, pin, first.inputs)
+            stage = "A/B timing"
+            collected, states = time_arms(
+                [first.kernel, second.kernel],
+                self.timer,
+                self.probe,
+                self.resolved.rule,
+                self.resolved.warmup_s,
+            )
+        except KernelUnsupported as exc:
+            return ABMeasurement(status="unsupported", reason=f"{stage}: {exc}", **common)
+        except Exception as exc:  # a kernel's failure is a record, not a crash of the run
+            message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+            return ABMeasurement(
+                status="error",
+                reason=f"{stage}: {message}"[:500],
+                duration_s=time.perf_counter() - start,
+                detail="".join(traceback.format_exc(limit=8))[-4000:],
+                **common,
+            )
+
+        def side(spec: KernelSpec, prepared: Prepared, samples: tuple[Sample, ...]) -> Measurement:
+            alone = Collected((samples,), collected.stop, collected.elapsed_s)
+            fields = {**common, "baseline": None}  # no stock-library arm in an A/B session
+            return self._record(fields, spec, case, prepared, alone, states, start)
+
+        base = side(spec_a, first, collected.arms[0])
+        head = side(spec_b, second, collected.arms[1])
+        failed = [f"{name}: {m.reason}" for name, m in zip(SIDES, (base, head), strict=True)
+                  if m.status != "ok"]  # fmt: skip
+        return ABMeasurement(
+            status="error" if failed else "ok",
+            reason="; ".join(failed),
+            base=base,
+            head=head,
+            duration_s=time.perf_counter() - start,
+            **common,
+        )
+
+    def unsupported(self, suite: str, task: Task, reason: str) -> ABMeasurement:
+        """The record of a case that cannot be compared (a side lacks it), saying why."""
+        return ABMeasurement(
+            status="unsupported", reason=reason, **self._common(_case(suite, task))
+        )
+
+    def _common(self, case: CaseId) -> dict[str, Any]:
+        return {
+            "case": case,
+            "method": self.method,
+            "device": self.device.info,
+            "software": self.software,
+        }
+
+
+def _case(suite: str, task: Task) -> CaseId:
+    return CaseId(suite, task.kernel, task.workload, dict(task.params), task.dtype)
+
+
+def _prepare_finite(
+    spec: KernelSpec,
+    case: CaseId,
+    device: Device,
+    seed: int,
+    pin: LaunchConfig | None,
+    inputs: Mapping[str, Any] | None,
+) -> Prepared:
+    """``bench.prepare`` on ``spec``, then refuse outputs of its config-fixing launch that
+    hold NaN or Inf: timing a kernel that computes garbage would read like a measurement."""
+    made: list[Mapping[str, torch.Tensor]] = []
+    prepared = prepare(_keeping_outputs(spec, made.append), case, device, seed, pin, inputs)
+    for name, out in made[0].items():
+        bad = int((~torch.isfinite(out)).sum()) if out.is_floating_point() else 0
+        if bad:
+            raise ValueError(f"{bad} of {out.numel()} elements of {name!r} are NaN/Inf")
+    return prepared
+
+
+def _keeping_outputs(
+    spec: KernelSpec, keep: Callable[[Mapping[str, torch.Tensor]], None]
+) -> KernelSpec:
+    def make_outputs(inputs: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+        outputs = spec.make_outputs(inputs, params)
+        keep(outputs)
+        return outputs
+
+    return replace(spec, make_outputs=make_outputs)

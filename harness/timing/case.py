@@ -1,0 +1,260 @@
+"""Time one kernel case, with its stock-library baseline interleaved: the per-case driver.
+
+Runs in the runner child (kernel code is imported only there). For each case: fresh seeded
+inputs, one launch that fixes the config (the autotuner's choice, a pin, or the spec's
+pinned config), then the kernel and the baseline sampled alternately through the same timer
+until the stopping rule is met. The record keeps every raw sample with its clocks and
+throttle flag, the statistic over unthrottled samples, telemetry, speed-of-light and the
+speedup over the baseline; a failure is a record, never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kernelwatch.harness.correctness import case_seed
+from kernelwatch.harness.device import Device
+from kernelwatch.harness.records import (
+    CaseId,
+    LaunchConfig,
+    Measurement,
+    Method,
+    SoftwareInfo,
+    Summary,
+)
+from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Params
+from kernelwatch.harness.timing.ceilings import measure_ceilings
+from kernelwatch.harness.timing.pinning import pinned_config
+from kernelwatch.harness.timing.request import BenchOptions
+from kernelwatch.harness.timing.roofline import (
+    ELEMENT_BYTES,
+    Ceilings,
+    Peaks,
+    datasheet_peaks,
+    speed_of_light,
+    with_ceilings,
+)
+from kernelwatch.harness.timing.sampling import TIMEOUT, Collected, Sample, StopRule, summarize
+from kernelwatch.harness.timing.telemetry import (
+    Probe,
+    State,
+    describe_reasons,
+    open_probe,
+    summarize_telemetry,
+)
+from kernelwatch.harness.timing.timers import Timer, make_timer, time_arms
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A case ready to time: inputs made, config fixed, two zero-argument launches."""
+
+    inputs: Mapping[str, Any]
+    config: LaunchConfig
+    config_source: str
+    kernel: Callable[[], object]
+    baseline: Callable[[], object]
+
+
+def prepare(
+    spec: KernelSpec,
+    case: CaseId,
+    device: Device,
+    seed: int,
+    pin: LaunchConfig | None,
+    inputs: Mapping[str, Any] | None = None,
+) -> Prepared:
+    """Make the case's inputs (or reuse ``inputs``), launch once to fix the config, and
+    return launches that repeat exactly that config (no autotuning inside a timed region)."""
+    params = case.params
+    if inputs is None:
+        generator = torch.Generator(device=device.torch_device)
+        generator.manual_seed(case_seed(seed, case))
+        inputs = spec.make_inputs(
+            params, DTYPES[case.dtype], torch.device(device.torch_device), generator
+        )
+    outputs = spec.make_outputs(inputs, params)
+    if pin is not None:
+        requested, source = pin, "pin-file"
+    elif not device.can_autotune and spec.pinned_config is not None:
+        requested, source = spec.pinned_config, "pinned"
+    else:
+        requested, source = None, "autotune" if spec.configs else "heuristic"
+    config = spec.launch(inputs, outputs, params, requested)
+    spec.baseline.fn(inputs, params)
+    device.synchronize()  # inputs were made on the default stream; timers use their own
+    return Prepared(
+        inputs,
+        config,
+        source,
+        lambda: spec.launch(inputs, outputs, params, config),
+        lambda: spec.baseline.fn(inputs, params),
+    )
+
+
+class BenchSession:
+    """Everything a run shares across cases: the device, timer, NVML probe and roofline."""
+
+    def __init__(
+        self,
+        device: Device,
+        options: BenchOptions,
+        software: SoftwareInfo,
+        timer: Timer,
+        probe: Probe,
+    ) -> None:
+        self.device = device
+        self.options = options
+        self.resolved = options.resolved(device.info.kind)
+        self.software = software
+        self.timer = timer
+        self.probe = probe
+        self.ceilings: Ceilings | None = options.ceilings
+
+    @classmethod
+    def open(cls, device: Device, options: BenchOptions, software: SoftwareInfo) -> BenchSession:
+        """Build the timer, the probe and the roofline for ``device``, measuring ceilings
+        first when asked to (and not handed them by an earlier child of the same run).
+        Raises ValueError for a timer or L2 state the device cannot do."""
+        info = device.info
+        timer = make_timer(info.kind, options.timer, options.l2, info.l2_bytes)
+        probe = open_probe(info.uuid if info.kind == "cuda" else None)
+        session = cls(device, options, software, timer, probe)
+        if session.ceilings is None and options.measure_ceilings:
+            session.ceilings = measure_ceilings(device, timer, probe, session.resolved)
+        return session
+
+    @property
+    def method(self) -> Method:
+        return self.timer.method
+
+    @property
+    def peaks(self) -> Peaks | None:
+        """The roofline: the datasheet's, with measured ceilings replacing what they measure."""
+        name = self.device.info.name
+        return with_ceilings(datasheet_peaks(name), self.ceilings, name)
+
+    def measure(
+        self, spec: KernelSpec, suite: str, workload: str, params: Params, dtype: str, seed: int
+    ) -> Measurement:
+        """Time one case; every failure becomes an ``error`` record."""
+        case = CaseId(suite, spec.name, workload, dict(params), dtype)
+        base: dict[str, Any] = {
+            "case": case,
+            "method": self.method,
+            "device": self.device.info,
+            "software": self.software,
+            "baseline": spec.baseline.name if self.options.baseline else None,
+        }
+        if dtype in self.device.unsupported_dtypes:
+            reason = (
+                f"unsupported on {self.device.info.kind}: {self.device.unsupported_dtypes[dtype]}"
+            )
+            return Measurement(status="unsupported", reason=reason, **base)
+        start = time.perf_counter()
+        config = None
+        try:
+            time.sleep(self.resolved.cool_down_s)
+            pin = pinned_config(self.options.pins, spec.name, params, dtype)
+            prepared = prepare(spec, case, self.device, seed, pin)
+            config = prepared.config
+            launches = [prepared.kernel]
+            if self.options.baseline:
+                launches.append(prepared.baseline)
+            collected, states = time_arms(
+                launches, self.timer, self.probe, self.resolved.rule, self.resolved.warmup_s
+            )
+        except KernelUnsupported as exc:
+            return Measurement(status="unsupported", reason=str(exc), config=config, **base)
+        except Exception as exc:  # a kernel's failure is a record, not a crash of the run
+            message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+            return Measurement(
+                status="error",
+                reason=message[:500],
+                config=config,
+                duration_s=time.perf_counter() - start,
+                detail="".join(traceback.format_exc(limit=8))[-4000:],
+                **base,
+            )
+        return self._record(base, spec, case, prepared, collected, states, start)
+
+    def _record(
+        self,
+        base: dict[str, Any],
+        spec: KernelSpec,
+        case: CaseId,
+        prepared: Prepared,
+        collected: Collected,
+        states: list[State],
+        start: float,
+    ) -> Measurement:
+        samples = collected.arms[0]
+        rule = self.resolved.rule
+        summary = summarize(samples, collected.stop, rule.confidence)
+        baseline_samples = collected.arms[1] if len(collected.arms) > 1 else ()
+        baseline_summary = summarize(baseline_samples, collected.stop) if baseline_samples else None
+        sol = speedup = None
+        if summary is not None:
+            sol = speed_of_light(
+                spec.flops(case.params),
+                spec.min_bytes(case.params, ELEMENT_BYTES[case.dtype]),
+                summary.median_ns,
+                case.dtype,
+                self.peaks,
+            )
+            if baseline_summary is not None:
+                speedup = baseline_summary.median_ns / summary.median_ns
+        status, reason = _verdict(samples, summary, collected.stop, rule)
+        return Measurement(
+            status=status,
+            reason=reason,
+            config=prepared.config,
+            config_source=prepared.config_source,
+            samples_ns=tuple(s.ns for s in samples),
+            sm_clock_mhz=_clocks([s.sm_clock_mhz for s in samples]),
+            mem_clock_mhz=_clocks([s.mem_clock_mhz for s in samples]),
+            throttled=tuple(s.throttled for s in samples),
+            summary=summary,
+            telemetry=summarize_telemetry(self.probe.available, samples, states),
+            sol=sol,
+            baseline_median_ns=baseline_summary.median_ns if baseline_summary else None,
+            baseline_samples_ns=tuple(s.ns for s in baseline_samples),
+            baseline_throttled=tuple(s.throttled for s in baseline_samples),
+            speedup=speedup,
+            duration_s=time.perf_counter() - start,
+            **base,
+        )
+
+
+def _verdict(
+    samples: tuple[Sample, ...], summary: Summary | None, stop: str, rule: StopRule
+) -> tuple[str, str]:
+    """``ok`` with an empty reason, ``ok`` with a reason when throttling left too few
+    samples before the timeout, or ``error`` when every sample was throttled."""
+    reasons = 0
+    for s in samples:
+        if s.throttled and s.throttle_reasons is not None:
+            reasons |= s.throttle_reasons
+    if summary is None:
+        return "error", (
+            f"all {len(samples)} samples were taken while the GPU throttled "
+            f"({describe_reasons(reasons)}); let it cool down and re-run"
+        )
+    if stop == TIMEOUT:
+        return "ok", (
+            f"only {summary.n} of {len(samples)} samples unthrottled "
+            f"({describe_reasons(reasons) or 'none throttled'}) when the {rule.timeout_s:g} s "
+            f"timeout hit; the statistic rests on fewer than {rule.min_samples}"
+        )
+    return "ok", ""
+
+
+def _clocks(values: list[float | None]) -> tuple[float, ...]:
+    # All or nothing: a tuple parallel to the samples, or empty when clocks are unknown.
+    return tuple(v for v in values if v is not None) if all(v is not None for v in values) else ()

@@ -1,0 +1,103 @@
+"""What a bench run asks for: timer, L2 state, stopping rule, budgets, pins, ceilings.
+
+Plain data that crosses the process boundary as JSON (the parent builds it, the runner
+child acts on it), so this module imports neither torch nor Triton. Budgets left None take
+the device's defaults: a GPU gets nvbench-like settings, the CPU interpreter (where a launch
+costs milliseconds) small ones, so CI stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from kernelwatch.harness.timing.pinning import Pins, pins_from_json, pins_to_json
+from kernelwatch.harness.timing.roofline import Ceilings
+
+if TYPE_CHECKING:  # sampling imports scipy (~1 s); the parent process never needs it
+    from kernelwatch.harness.timing.sampling import StopRule
+
+#: Per-device defaults: seconds of warm-up per arm, cool-down before each case, and the
+#: stopping rule. On a GPU, 0.2 s of warm-up lets clocks ramp; the cool-down lets power
+#: and temperature settle between cases (FlashAttention's benchmarks sleep for the same
+#: reason). The 15 s timeout is nvbench's.
+_DEFAULTS: dict[str, dict[str, float]] = {
+    "cuda": {
+        "warmup_s": 0.2,
+        "cool_down_s": 0.25,
+        "min_time_s": 0.1,
+        "budget_s": 2.0,
+        "timeout_s": 15.0,
+        "throttle_pause_s": 0.05,
+    },
+    "cpu": {
+        "warmup_s": 0.0,
+        "cool_down_s": 0.0,
+        "min_time_s": 0.02,
+        "budget_s": 0.2,
+        "timeout_s": 10.0,
+        "throttle_pause_s": 0.0,
+    },
+}
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """A bench request. ``timer`` is ``auto``, ``cuda-events``, ``cuda-graph`` or
+    ``cpu-perf-counter``; ``l2`` is ``cold``, ``warm`` or None (the timer's natural state)."""
+
+    timer: str = "auto"
+    l2: str | None = None
+    target_rel_ci: float = 0.005
+    min_samples: int = 10
+    min_time_s: float | None = None
+    budget_s: float | None = None
+    timeout_s: float | None = None
+    warmup_s: float | None = None
+    cool_down_s: float | None = None
+    baseline: bool = True
+    measure_ceilings: bool = False
+    ceilings: Ceilings | None = None
+    pins: Pins = field(default_factory=dict)
+
+    def resolved(self, kind: str) -> ResolvedOptions:
+        """Fill every budget left None with the defaults of a ``kind`` device."""
+        from kernelwatch.harness.timing.sampling import StopRule
+
+        defaults = _DEFAULTS["cuda" if kind == "cuda" else "cpu"]
+
+        def pick(name: str) -> float:
+            value = getattr(self, name, None)
+            return defaults[name] if value is None else value
+
+        rule = StopRule(
+            min_samples=self.min_samples,
+            min_time_s=pick("min_time_s"),
+            target_rel_ci=self.target_rel_ci,
+            budget_s=pick("budget_s"),
+            timeout_s=pick("timeout_s"),
+            throttle_pause_s=defaults["throttle_pause_s"],
+        )
+        return ResolvedOptions(rule, pick("warmup_s"), pick("cool_down_s"))
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["ceilings"] = asdict(self.ceilings) if self.ceilings else None
+        data["pins"] = pins_to_json(self.pins)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BenchOptions:
+        options = cls(**{k: v for k, v in data.items() if k not in ("ceilings", "pins")})
+        ceilings = Ceilings(**data["ceilings"]) if data.get("ceilings") else None
+        return replace(options, ceilings=ceilings, pins=pins_from_json(data.get("pins", {})))
+
+
+@dataclass(frozen=True)
+class ResolvedOptions:
+    """Options with every budget decided for the device at hand."""
+
+    rule: StopRule
+    warmup_s: float
+    cool_down_s: float
