@@ -39,28 +39,27 @@ LOG2_E = 1.4426950408889634
 
 @triton.jit
 def attend_key_blocks(
-    acc,
-    l_i,
-    m_i,
+    state,
     q,
-    k_base,
-    v_base,
-    stride_kn,
-    stride_kd,
-    stride_vn,
-    stride_vd,
-    rows,
-    causal_shift,
-    seq_k,
-    qk_scale,
+    kv,
+    frontier,
     key_start,
     key_end,
-    offs_n,
-    offs_d,
-    d_mask,
+    tile,
     CAUSAL_MASK: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    """Stream the key blocks ``key_start..key_end`` through the online softmax.
+
+    ``state`` is the running ``(acc, l_i, m_i)``; ``kv`` the head's ``(k_base, v_base,
+    stride_kn, stride_kd, stride_vn, stride_vd)``; ``frontier`` the query rows and what
+    decides which keys they see, ``(rows, causal_shift, seq_k, qk_scale)``; ``tile`` the
+    block offsets ``(offs_n, offs_d, d_mask)``. Returns the updated state.
+    """
+    acc, l_i, m_i = state
+    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd = kv
+    rows, causal_shift, seq_k, qk_scale = frontier
+    offs_n, offs_d, d_mask = tile
     for start_n in range(key_start, key_end, BLOCK_N):
         keys = start_n + offs_n
         keys64 = keys.to(tl.int64)
@@ -156,49 +155,23 @@ def flash_attention_fwd_kernel(
     # below seq_k); keys past the last row's frontier by none.
     full_end = (first_row + causal_shift + 1) // BLOCK_N * BLOCK_N
     key_end = min(first_row + BLOCK_M + causal_shift, seq_k)
+    kv = (k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd)
+    frontier = (rows, causal_shift, seq_k, qk_scale)
+    tile = (offs_n, offs_d, d_mask)
+    # Stage 1, off the diagonal: key blocks every row of the query block sees in full, so
+    # no mask arithmetic.
     acc, l_i, m_i = attend_key_blocks(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        rows,
-        causal_shift,
-        seq_k,
-        qk_scale,
-        0,
-        full_end,
-        offs_n,
-        offs_d,
-        d_mask,
-        CAUSAL_MASK=False,
-        BLOCK_N=BLOCK_N,
+        (acc, l_i, m_i), q, kv, frontier, 0, full_end, tile, CAUSAL_MASK=False, BLOCK_N=BLOCK_N
     )
+    # Stage 2, on the diagonal: the blocks the causal frontier cuts through, masked.
     acc, l_i, m_i = attend_key_blocks(
-        acc,
-        l_i,
-        m_i,
+        (acc, l_i, m_i),
         q,
-        k_base,
-        v_base,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        rows,
-        causal_shift,
-        seq_k,
-        qk_scale,
+        kv,
+        frontier,
         full_end,
         key_end,
-        offs_n,
-        offs_d,
-        d_mask,
+        tile,
         CAUSAL_MASK=True,
         BLOCK_N=BLOCK_N,
     )
