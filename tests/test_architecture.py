@@ -1,0 +1,89 @@
+"""The house rules of docs/ARCHITECTURE.md, read from that page and checked on the source:
+imports run one way, the GPU-host packages import no server-side library, and no two
+modules outside ``cli/`` share a name."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+# Libraries the GPU hosts do not have, and that pure or host-side code must not need.
+SERVER_SIDE = (
+    "psycopg",
+    "prefect",
+    "alembic",
+    "pgserver",
+    "grafana_foundation_sdk",
+    "grafana_client",
+)
+HOST_SIDE = ("harness", "kernels", "analysis", "config")
+
+
+def _allowed() -> dict[str, set[str]]:
+    """The "who may import whom" table of docs/ARCHITECTURE.md."""
+    rows = re.findall(r"^\| `(\w+)` \| (.+?) \|$", DOC.read_text(), re.M)
+    return {pkg: set(re.findall(r"`(\w+)`", deps)) for pkg, deps in rows}
+
+
+ALLOWED = _allowed()
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every imported module name, at module level or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+    return found
+
+
+def test_the_table_names_every_package():
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert set(ALLOWED) == packages
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_run_one_way(package):
+    wrong = []
+    for path in _modules(package):
+        for line, module in _imports(path):
+            parts = module.split(".")
+            if parts[0] != "kernelwatch" or len(parts) < 2 or parts[1] == package:
+                continue
+            if parts[1] not in ALLOWED[package]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("package", HOST_SIDE)
+def test_host_side_packages_need_no_server_library(package):
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in _modules(package)
+        for line, module in _imports(path)
+        if module.split(".")[0] in SERVER_SIDE
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_module_names_are_unique_outside_cli():
+    names = Counter(
+        path.name
+        for package in ALLOWED
+        if package != "cli"
+        for path in _modules(package)
+        if path.name != "__init__.py" and "migrations" not in path.parts
+    )
+    assert [name for name, count in names.items() if count > 1] == []
