@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields, replace
 
 import pytest
 
 from kernelwatch.harness.records import (
+    ABMeasurement,
     BuildMetrics,
     CaseId,
     CommitInfo,
@@ -23,6 +25,7 @@ from kernelwatch.harness.records import (
     Telemetry,
     read_record,
 )
+from kernelwatch.store.runfile import Run, read_run_file, write_run_file
 
 
 def _record(**overrides) -> CorrectnessResult:
@@ -134,3 +137,108 @@ def test_read_record_refuses_unknown_kind_and_bad_trigger():
     del data["method"]
     with pytest.raises(RecordError, match="malformed measurement"):
         read_record(data)
+
+
+def _reason_was_why(data: dict) -> dict:
+    """A hypothetical v1 -> v2 step: version 1 called ``reason`` ``why``."""
+    data["reason"] = data.pop("why")
+    return data
+
+
+def _as_v1(data: dict) -> dict:
+    """``data`` (written at v2 by a record whose kind registered ``_reason_was_why``) as a
+    version-1 producer wrote it."""
+    old = {k: v for k, v in data.items() if k != "reason"}
+    return {**old, "why": data["reason"], "schema_version": 1}
+
+
+def test_an_older_record_is_upgraded_on_load(monkeypatch):
+    monkeypatch.setattr(CorrectnessResult, "UPGRADES", (_reason_was_why,))
+    record = _record(verdict="fail", reason="rel error 3e-2 over 2e-3")
+    written = record.to_json()
+    assert (written["kind"], written["schema_version"]) == ("correctness", 2)
+    assert CorrectnessResult.from_json(_as_v1(written)) == record
+    assert read_record(_as_v1(written)) == record
+    assert CorrectnessResult.from_json(written) == record  # the current version needs none
+
+
+def test_upgrades_chain_in_order_from_any_older_version(monkeypatch):
+    def tolerance_was_percent(data: dict) -> dict:  # v2 -> v3
+        return {**data, "tolerance": data["tolerance"] / 100}
+
+    monkeypatch.setattr(CorrectnessResult, "UPGRADES", (_reason_was_why, tolerance_was_percent))
+    record = _record()
+    v2 = {**record.to_json(), "schema_version": 2, "tolerance": 100 * record.tolerance}
+    v1 = _as_v1(v2)
+    assert record.to_json()["schema_version"] == 3
+    assert CorrectnessResult.from_json(v2) == record
+    assert CorrectnessResult.from_json(v1) == record
+
+
+def test_records_nested_in_a_record_are_upgraded_by_their_own_kind(monkeypatch):
+    pair = ABMeasurement(
+        case=_measurement().case,
+        status="ok",
+        reason="",
+        method=_measurement().method,
+        device=_measurement().device,
+        software=_measurement().software,
+        base=_measurement(),
+        head=replace(_measurement(), reason="2 samples throttled"),
+    )
+    monkeypatch.setattr(Measurement, "UPGRADES", (_reason_was_why,))
+    data = pair.to_json()
+    assert (data["schema_version"], data["base"]["schema_version"]) == (1, 2)
+    old = {**data, "base": _as_v1(data["base"]), "head": _as_v1(data["head"])}
+    assert read_record(old) == pair
+
+
+def test_an_old_run_file_loads(tmp_path, monkeypatch):
+    run = Run.of(
+        RunInfo(
+            "5d0c7c1e-0000-4000-8000-000000000001",
+            "manual",
+            "kernels",
+            "builtin",
+            None,
+            _measurement().device,
+            _measurement().software,
+            "2026-11-30T00:00:00+00:00",
+        ),
+        [_measurement(), _record(reason="")],
+    )
+    path = tmp_path / "run.jsonl"
+    write_run_file(run, path)
+    monkeypatch.setattr(Measurement, "UPGRADES", (_reason_was_why,))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines[1] = _as_v1(lines[1])
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert read_run_file(path) == run
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (2, "correctness record has schema_version=2; this kernelwatch reads version 1 and "
+            "older: upgrade kernelwatch to read it"),
+        (0, "correctness record has schema_version=0; expected a version from 1 to 1"),
+        ("1", "correctness record has schema_version='1'; expected a version from 1 to 1"),
+        (True, "correctness record has schema_version=True; expected a version from 1 to 1"),
+        (None, "correctness record has schema_version=None; expected a version from 1 to 1"),
+    ],
+)  # fmt: skip
+def test_a_version_this_code_cannot_read_is_refused_in_one_line(version, message):
+    data = {**_record().to_json(), "schema_version": version}
+    with pytest.raises(RecordError) as refused:
+        read_record(data)
+    assert str(refused.value) == message
+
+
+def test_every_record_kind_writes_its_header_and_reads_only_its_own():
+    build = BuildMetrics("builtin", "gemm", "gemm_kernel", "triton", "sm_90a", None, "ok")
+    for record in (_record(), _measurement(), build):
+        data = record.to_json()
+        assert (data["kind"], data["schema_version"]) == (type(record).KIND, 1)
+        assert {"kind", "schema_version"}.isdisjoint(f.name for f in fields(record))
+        with pytest.raises(RecordError, match="expected a 'run' record"):
+            RunInfo.from_json(data)
