@@ -33,6 +33,7 @@ from kernelwatch.harness.records import (
     RunInfo,
     SoftwareInfo,
     Summary,
+    Verdict,
 )
 from kernelwatch.store.runfile import Run, RunRecord
 
@@ -86,7 +87,7 @@ def measurement(
     return Measurement(case=case, **{**defaults, **fields})
 
 
-def correctness(case: CaseId = CASE, verdict: str = "pass", **fields: Any) -> CorrectnessResult:
+def correctness(case: CaseId = CASE, verdict: Verdict = "pass", **fields: Any) -> CorrectnessResult:
     """A check of ``case`` that gave ``verdict``; pass a ``reason`` with any other verdict."""
     defaults: dict[str, Any] = {
         "reason": "",
@@ -99,7 +100,7 @@ def correctness(case: CaseId = CASE, verdict: str = "pass", **fields: Any) -> Co
         "deterministic": True,
         "config": CONFIG,
     }
-    return CorrectnessResult(case=case, verdict=verdict, **{**defaults, **fields})  # type: ignore[arg-type]
+    return CorrectnessResult(case=case, verdict=verdict, **{**defaults, **fields})
 
 
 def build(**fields: Any) -> BuildMetrics:
