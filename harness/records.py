@@ -1,16 +1,18 @@
 """Typed records that flow harness -> store -> analysis, with a versioned JSON form.
 
-Every record serialises to a JSON object carrying ``kind`` and ``schema_version``; readers
-refuse a kind or version they do not know instead of guessing. This module imports neither
-torch nor Triton so the parent process (CLI, store, analysis) stays light.
+Every record serialises to a JSON object carrying ``kind`` and ``schema_version``, added by
+:class:`JsonRecord` alone. Each kind has its own version and chain of upgrades: a reader
+upgrades an older record on load and refuses a kind it does not know or a version newer
+than its own instead of guessing. This module imports neither torch nor Triton so the parent
+process (CLI, store, analysis) stays light.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
 from types import UnionType
 from typing import (
     Any,
@@ -24,12 +26,14 @@ from typing import (
     get_type_hints,
 )
 
-SCHEMA_VERSION = 1
-
 Verdict = Literal["pass", "fail", "error", "unsupported"]
 VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "error", "unsupported")
 
 _T = TypeVar("_T")
+
+#: One step of a kind's schema: a pure function from a version-n record's JSON fields
+#: (without ``kind`` and ``schema_version``) to version n+1's.
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class RecordError(ValueError):
@@ -107,9 +111,30 @@ class CaseId:
 
 class JsonRecord:
     """The versioned JSON form every top-level record shares: ``to_json``/``dumps`` write it,
-    ``from_json`` reads it back and refuses another kind or schema version."""
+    ``from_json`` reads it back, upgrading an older version and refusing another kind or a
+    newer version.
+
+    A record class declares its kind and its upgrades in its class statement,
+    ``class Measurement(JsonRecord, kind="measurement", upgrades=(v1_to_v2,))``: its
+    ``UPGRADES[i]`` turns version i+1 into version i+2, so the version it writes is one more
+    than the number of its upgrades.
+    """
 
     KIND: ClassVar[str]
+    UPGRADES: ClassVar[tuple[Upgrade, ...]]
+
+    def __init_subclass__(cls, *, kind: str, upgrades: Sequence[Upgrade] = (), **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if kind in _KINDS:
+            raise TypeError(f"record kind {kind!r} is declared twice")
+        cls.KIND = kind
+        cls.UPGRADES = tuple(upgrades)
+        _KINDS[kind] = cls
+
+    @classmethod
+    def schema_version(cls) -> int:
+        """The version of this kind that this kernelwatch writes, and the newest it reads."""
+        return 1 + len(cls.UPGRADES)
 
     def to_json(self) -> dict[str, Any]:
         return _encode(self)
@@ -119,11 +144,19 @@ class JsonRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return _decode_record(cls, data, cls.KIND)
+        body = _upgraded(cls, data)
+        try:
+            return _decode(cls, body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"malformed {cls.KIND} record: {exc}") from exc
+
+
+_KINDS: dict[str, type[JsonRecord]] = {}
+_HEADER = ("kind", "schema_version")
 
 
 @dataclass(frozen=True)
-class CorrectnessResult(JsonRecord):
+class CorrectnessResult(JsonRecord, kind="correctness"):
     """The verdict for one case, with the evidence behind it.
 
     ``reason`` is empty on a pass and otherwise one line saying what was wrong;
@@ -145,9 +178,6 @@ class CorrectnessResult(JsonRecord):
     config: LaunchConfig | None = None
     duration_s: float = 0.0
     detail: str = ""
-    KIND: ClassVar[str] = "correctness"
-    kind: str = field(default="correctness", init=False)
-    schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CorrectnessResult:
@@ -225,7 +255,7 @@ class SpeedOfLight:
 
 
 @dataclass(frozen=True)
-class Measurement(JsonRecord):
+class Measurement(JsonRecord, kind="measurement"):
     """The timing of one case: every raw sample, the statistic, telemetry, speed-of-light and
     the stock-library baseline timed in the same run.
 
@@ -260,13 +290,10 @@ class Measurement(JsonRecord):
     baseline_samples_ns: tuple[float, ...] = ()
     baseline_throttled: tuple[bool, ...] = ()
     config_source: str | None = None
-    KIND: ClassVar[str] = "measurement"
-    kind: str = field(default="measurement", init=False)
-    schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
 
 @dataclass(frozen=True)
-class ABMeasurement(JsonRecord):
+class ABMeasurement(JsonRecord, kind="ab"):
     """One case timed at two commits interleaved (A B A B ...) in one session on one device:
     the primitive of PR checks (A = the base, B = the head) and bisection (A = the known-good
     commit, B = the probed one).
@@ -290,9 +317,6 @@ class ABMeasurement(JsonRecord):
     head: Measurement | None = None
     duration_s: float = 0.0
     detail: str = ""
-    KIND: ClassVar[str] = "ab"
-    kind: str = field(default="ab", init=False)
-    schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
     def sides(self) -> tuple[Measurement, Measurement]:
         """The base and head measurements to store in each commit's run; a case that was
@@ -313,7 +337,7 @@ class ABMeasurement(JsonRecord):
 
 
 @dataclass(frozen=True)
-class BuildMetrics(JsonRecord):
+class BuildMetrics(JsonRecord, kind="build"):
     """Static metrics of one compiled kernel: one function x config x target architecture.
 
     ``status`` is ``ok`` or ``error`` (``reason`` one line, ``detail`` the compiler output).
@@ -357,9 +381,6 @@ class BuildMetrics(JsonRecord):
     dtype: str = ""
     workload: str = ""
     case: str = ""
-    KIND: ClassVar[str] = "build"
-    kind: str = field(default="build", init=False)
-    schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
 
 @dataclass(frozen=True)
@@ -377,7 +398,7 @@ TRIGGERS = ("nightly", "pr", "bisect", "manual")
 
 
 @dataclass(frozen=True)
-class RunInfo(JsonRecord):
+class RunInfo(JsonRecord, kind="run"):
     """The header of one run: one commit (and, for a PR, its base) on one device.
 
     ``run_id`` is a UUID the producer picks before measuring anything, so ingest is
@@ -398,9 +419,6 @@ class RunInfo(JsonRecord):
     base_commit: str | None = None
     pool: str | None = None
     orchestration_id: str | None = None
-    KIND: ClassVar[str] = "run"
-    kind: str = field(default="run", init=False)
-    schema_version: int = field(default=SCHEMA_VERSION, init=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunInfo:
@@ -411,44 +429,61 @@ class RunInfo(JsonRecord):
 
 
 Record = CorrectnessResult | Measurement | ABMeasurement | BuildMetrics | RunInfo
-_KINDS: dict[str, type[JsonRecord]] = {
-    cls.KIND: cls for cls in (CorrectnessResult, Measurement, ABMeasurement, BuildMetrics, RunInfo)
-}
 
 
 def read_record(data: Mapping[str, Any]) -> Record:
-    """Decode any record by its ``kind``."""
+    """Decode any record by its ``kind``, upgrading an older version."""
     if not isinstance(data, Mapping):
         raise RecordError(f"expected a JSON object, got {type(data).__name__}")
     cls = _KINDS.get(data.get("kind"))  # type: ignore[arg-type]
     if cls is None:
         raise RecordError(f"unknown record kind {data.get('kind')!r}; known: {sorted(_KINDS)}")
-    return cls.from_json(data)
+    return cls.from_json(data)  # type: ignore[return-value]
 
 
-def _encode(record: Any) -> dict[str, Any]:
-    # asdict keeps Mapping fields as the mapping type it was given; JSON wants plain dicts.
-    return json.loads(json.dumps(asdict(record), default=dict))
+def _encode(value: Any) -> Any:
+    # Every record, nested ones too, carries its header; mappings and tuples become plain
+    # JSON objects and arrays.
+    if is_dataclass(value) and not isinstance(value, type):
+        body = {f.name: _encode(getattr(value, f.name)) for f in fields(value)}
+        if isinstance(value, JsonRecord):
+            return {"kind": value.KIND, "schema_version": value.schema_version(), **body}
+        return body
+    if isinstance(value, Mapping):
+        return {key: _encode(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode(item) for item in value]
+    return value
 
 
-def _decode_record(cls: type[_T], data: Mapping[str, Any], kind: str) -> _T:
-    _check_header(data, kind)
-    try:
-        return _decode(cls, {k: v for k, v in data.items() if k not in ("kind", "schema_version")})
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RecordError(f"malformed {kind} record: {exc}") from exc
+def _upgraded(cls: type[JsonRecord], data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data``'s fields, without the header, upgraded to ``cls``'s current version."""
+    if not isinstance(data, Mapping):
+        raise RecordError(f"expected a JSON object, got {type(data).__name__}")
+    kind, version, current = cls.KIND, data.get("schema_version"), cls.schema_version()
+    if data.get("kind") != kind:
+        raise RecordError(f"expected a {kind!r} record, got kind={data.get('kind')!r}")
+    if type(version) is not int or version < 1:
+        raise RecordError(
+            f"{kind} record has schema_version={version!r}; expected a version from 1 to {current}"
+        )
+    if version > current:
+        raise RecordError(
+            f"{kind} record has schema_version={version}; this kernelwatch reads version "
+            f"{current} and older: upgrade kernelwatch to read it"
+        )
+    body = {k: v for k, v in data.items() if k not in _HEADER}
+    for upgrade in cls.UPGRADES[version - 1 :]:
+        body = upgrade(body)
+    return body
 
 
 def _decode(cls: type[_T], data: Mapping[str, Any]) -> _T:
     if not isinstance(data, Mapping):
         raise TypeError(f"{cls.__name__} must be a JSON object, got {type(data).__name__}")
     hints = get_type_hints(cls)
-    values: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        if not f.init or f.name not in data:
-            continue
-        values[f.name] = _convert(hints[f.name], data[f.name])
-    return cls(**values)
+    names = [f.name for f in fields(cls) if f.name in data]  # type: ignore[arg-type]
+    return cls(**{name: _convert(hints[name], data[name]) for name in names})
 
 
 def _convert(hint: Any, value: Any) -> Any:
@@ -456,20 +491,10 @@ def _convert(hint: Any, value: Any) -> Any:
         return None
     options = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
     for option in options:
+        if isinstance(option, type) and issubclass(option, JsonRecord):
+            return option.from_json(value)
         if is_dataclass(option):
             return _decode(option, value)
         if get_origin(option) is tuple:
             return tuple(value)
     return value
-
-
-def _check_header(data: Mapping[str, Any], kind: str) -> None:
-    if not isinstance(data, Mapping):
-        raise RecordError(f"expected a JSON object, got {type(data).__name__}")
-    if data.get("kind") != kind:
-        raise RecordError(f"expected a {kind!r} record, got kind={data.get('kind')!r}")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise RecordError(
-            f"{kind} record has schema_version={data.get('schema_version')!r}; this kernelwatch "
-            f"reads version {SCHEMA_VERSION}: upgrade kernelwatch or re-run the producer"
-        )

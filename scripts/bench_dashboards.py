@@ -1,12 +1,13 @@
 """Benchmark every Grafana panel, annotation, template-variable and alert-rule query of
 kernelwatch's dashboards on a synthetic fleet history, as the read-only role Grafana uses.
 
-The history is scripts/bench_store.py's fleet (GPU models x series x nightly runs, PR runs,
-regressions), plus what the dashboards also read: the cross-compiled builds of every kernel
-on every nightly run of the first GPU model, and bisection steps for a share of the
-regressions. Each query is expanded as Grafana would send it (kernelwatch.dashboards.macros,
-the dashboard's own time range, template variables read by their own queries, a series
-drawn per call for the kernel history) and timed over ``--repeats`` calls after a warm-up.
+The history is the store benchmark's synthetic fleet (``kernelwatch.store.synthetic_fleet``:
+GPU models x series x nightly runs, PR runs, regressions), plus what the dashboards also
+read: the cross-compiled builds of every kernel on every nightly run of the first GPU model,
+and bisection steps for a share of the regressions. Each query is expanded as Grafana would
+send it (kernelwatch.dashboards.macros, the dashboard's own time range, template variables
+read by their own queries, a series drawn per call for the kernel history) and timed over
+``--repeats`` calls after a warm-up.
 
     .venv/bin/python scripts/bench_dashboards.py                       # full scale (minutes)
     .venv/bin/python scripts/bench_dashboards.py --series 50 --days 20 # a quick look
@@ -33,7 +34,7 @@ from typing import Any
 
 import psycopg
 
-# bench_store is a sibling script, not part of the package.
+# bench_store is a sibling script, not part of the package: its embedded server and report.
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_store
 
@@ -41,6 +42,7 @@ from kernelwatch.dashboards import catalog, inventory
 from kernelwatch.dashboards.datasource import READER_ROLE
 from kernelwatch.dashboards.macros import Request, expand
 from kernelwatch.harness.records import BuildMetrics, LaunchConfig
+from kernelwatch.store import synthetic_fleet
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
 
@@ -53,24 +55,24 @@ def builds(day: int) -> list[BuildMetrics]:
     """One nightly's builds: every kernel x arch x dtype x config, registers drifting."""
     return [
         BuildMetrics(
-            bench_store.SUITE, kernel, f"{kernel}_kernel", "triton", arch, config, "ok",
+            synthetic_fleet.SUITE, kernel, f"{kernel}_kernel", "triton", arch, config, "ok",
             registers=96 + 8 * (day // 90) + 2 * k, spill_store_bytes=0, spill_load_bytes=0,
             shared_dynamic_bytes=49152, num_warps=config.num_warps,
             num_stages=config.num_stages, tensor_core=TENSOR_CORES[arch], opcodes={},
             toolchain={"ptxas": "12.9"}, dtype=dtype, workload="llm", case="tokens=1",
         )
-        for k, kernel in enumerate(bench_store.KERNELS)
+        for k, kernel in enumerate(synthetic_fleet.KERNELS)
         for arch in ARCHS
-        for dtype in bench_store.DTYPES
+        for dtype in synthetic_fleet.DTYPES
         for config in CONFIGS
     ]  # fmt: skip
 
 
-def runs_with_builds(fleet: bench_store.Fleet, end: datetime) -> Iterator[Run]:
+def runs_with_builds(fleet: synthetic_fleet.Fleet, end: datetime) -> Iterator[Run]:
     """The store benchmark's runs, each nightly run of the first GPU model with its builds."""
-    first_model = bench_store.MODELS[0][0]
+    first_model = synthetic_fleet.MODELS[0][0]
     nightly = 0
-    for run in bench_store.fleet_runs(fleet, end):
+    for run in synthetic_fleet.fleet_runs(fleet, end):
         if run.info.trigger == "nightly" and run.info.device.name == first_model:
             yield Run(run.info, (*run.records, *builds(nightly)))
             nightly += 1
@@ -101,7 +103,7 @@ def add_bisections(conn: psycopg.Connection, steps: int) -> None:
     conn.commit()
 
 
-def populate(fleet: bench_store.Fleet, url: str) -> dict[str, Any]:
+def populate(fleet: synthetic_fleet.Fleet, url: str) -> dict[str, Any]:
     """Ingest the fleet with builds, then regressions and bisections; sizes and seconds."""
     end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     t0 = time.perf_counter()
@@ -109,8 +111,8 @@ def populate(fleet: bench_store.Fleet, url: str) -> dict[str, Any]:
         ingester = Ingester(conn)
         for run in runs_with_builds(fleet, end):
             ingester.ingest(run)
-        bench_store.add_regressions(conn, max(10, fleet.series // 4), fleet.seed,
-                                    min(20, fleet.days // 2))  # fmt: skip
+        synthetic_fleet.add_regressions(conn, max(10, fleet.series // 4), fleet.seed,
+                                        min(20, fleet.days // 2))  # fmt: skip
         add_bisections(conn, steps=6)
         conn.autocommit = True
         conn.execute("ANALYZE")
@@ -199,7 +201,7 @@ def _timed(call: Callable[[], Any], repeats: int) -> dict[str, Any]:
     }
 
 
-def measure(fleet: bench_store.Fleet, url: str, repeats: int) -> dict[str, Any]:
+def measure(fleet: synthetic_fleet.Fleet, url: str, repeats: int) -> dict[str, Any]:
     """Populate ``url`` (migrated and empty) and time every query as the reader role."""
     report: dict[str, Any] = {"fleet": fleet.__dict__, **populate(fleet, url)}
     reader = psycopg.conninfo.make_conninfo(url, user=READER_ROLE)
@@ -211,7 +213,7 @@ def measure(fleet: bench_store.Fleet, url: str, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    defaults = bench_store.Fleet()
+    defaults = synthetic_fleet.Fleet()
     for name in ("models", "series", "days", "samples", "pr_runs_per_day", "pr_series", "seed"):
         parser.add_argument(
             f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name)
@@ -223,8 +225,8 @@ def main(argv: list[str] | None = None) -> None:
         "(default: a fresh embedded server)",
     )
     args = parser.parse_args(argv)
-    fleet = bench_store.Fleet(args.models, args.series, args.days, args.samples,
-                              args.pr_runs_per_day, args.pr_series, args.seed)  # fmt: skip
+    fleet = synthetic_fleet.Fleet(args.models, args.series, args.days, args.samples,
+                                  args.pr_runs_per_day, args.pr_series, args.seed)  # fmt: skip
     bench_store.print_report(
         bench_store.measured_on(args.database_url, lambda url: measure(fleet, url, args.repeats))
     )

@@ -17,6 +17,9 @@ from kernelwatch.harness.device import Device, select_device
 
 DEVICE = select_device()
 
+# The record builders of tests/factories.py, as fixtures (make_measurement, make_run, ...).
+pytest_plugins = ("factories",)
+
 # Prefect keeps its state under PREFECT_HOME: the tests get a throw-away one, no telemetry,
 # before any test module imports Prefect.
 if "PREFECT_HOME" not in os.environ:
@@ -92,17 +95,3 @@ def store_url(pg_server, request) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE kernelwatch')
     return pg_server.url(name)
-
-
-@pytest.fixture(scope="session")
-def bench_store():
-    """scripts/bench_store.py as a module: its synthetic fleet gives the store tests runs of
-    real harness records."""
-    import importlib.util
-
-    path = Path(__file__).parent.parent / "scripts" / "bench_store.py"
-    spec = importlib.util.spec_from_file_location("bench_store", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_store"] = module  # dataclasses resolve annotations through it
-    spec.loader.exec_module(module)
-    return module

@@ -33,6 +33,17 @@ from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
+from kernelwatch.store.synthetic_fleet import (
+    METHOD,
+    MODELS,
+    REPOSITORY,
+    SUITE,
+    Fleet,
+    add_regressions,
+    cases,
+    devices,
+    make_run,
+)
 
 ROOT = Path(__file__).parent.parent
 END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
@@ -54,27 +65,27 @@ def sha(day: int) -> str:
     return f"{day + 1:040x}"
 
 
-def _build(bench, arch: str, dtype: str, day: int) -> BuildMetrics:
+def _build(arch: str, dtype: str, day: int) -> BuildMetrics:
     """flash_attention's build: from PLANT_DAY sm_100a lost tcgen05 and spills."""
     lost = arch == "sm_100a" and day >= PLANT_DAY
     path = {"sm_90a": "HGMMA", "sm_100a": "tcgen05"}[arch]
     return BuildMetrics(
-        bench.SUITE, "flash_attention", "attn_fwd", "triton", arch, LaunchConfig({"BM": 128}, 8, 3),
+        SUITE, "flash_attention", "attn_fwd", "triton", arch, LaunchConfig({"BM": 128}, 8, 3),
         "ok", registers=255 if lost else 168, spill_store_bytes=1024 if lost else 0,
         spill_load_bytes=1024 if lost else 0, tensor_core="HMMA" if lost else path,
         opcodes={}, toolchain={"ptxas": "12.9"}, dtype=dtype, workload="llm", case="tokens=1",
     )  # fmt: skip
 
 
-def _history(bench) -> list[Run]:
+def _history() -> list[Run]:
     rng = np.random.default_rng(7)
-    fleet = bench.Fleet(models=3, series=21, days=DAYS, samples=7, pr_runs_per_day=0)
-    cases = bench.cases(fleet.series)
+    fleet = Fleet(models=3, series=21, days=DAYS, samples=7, pr_runs_per_day=0)
+    fleet_cases = cases(fleet.series)
     planted = [
-        i for i, c in enumerate(cases) if c.kernel == "flash_attention" and c.dtype != "fp32"
+        i for i, c in enumerate(fleet_cases) if c.kernel == "flash_attention" and c.dtype != "fp32"
     ]
-    base = {m: rng.uniform(5e3, 5e6, size=len(cases)) for m in range(3)}
-    noisy = bench.devices(H200)[3]
+    base = {m: rng.uniform(5e3, 5e6, size=len(fleet_cases)) for m in range(3)}
+    noisy = devices(H200)[3]
     runs = []
     for day in range(DAYS):
         at = END - timedelta(days=DAYS - day)
@@ -85,9 +96,9 @@ def _history(bench) -> list[Run]:
             level = base[m].copy()
             if m == B200 and day >= PLANT_DAY:
                 level[planted] *= SLOWDOWN
-            device = bench.devices(m)[day % 4]
-            run = bench.make_run(fleet, rng, device, cases, level, at + timedelta(hours=3),
-                                 "nightly", commit)  # fmt: skip
+            device = devices(m)[day % 4]
+            run = make_run(fleet, rng, device, fleet_cases, level, at + timedelta(hours=3),
+                           "nightly", commit)  # fmt: skip
             records = list(run.records)
             if device == noisy:
                 records = [dataclasses.replace(r, throttled=(True, False, False) * 2 + (False,))
@@ -95,7 +106,7 @@ def _history(bench) -> list[Run]:
             if m == H200 and day >= METHOD_CHANGE_DAY:
                 records[0] = dataclasses.replace(records[0], method=NEW_METHOD)
             if m == B200:
-                records += [_build(bench, arch, dtype, day) for arch in ("sm_90a", "sm_100a")
+                records += [_build(arch, dtype, day) for arch in ("sm_90a", "sm_100a")
                             for dtype in ("fp16", "bf16")]  # fmt: skip
             if m == H200 and day == FAILED_DAY:
                 # the last run of all, within the "Run failed" rule's 24-hour window
@@ -111,7 +122,7 @@ def _verdict(name: str, ratio: float) -> ABVerdict:
     return ABVerdict(name, ratio, ratio - 0.01, ratio + 0.01, 1e-6, 30, 30, None, None, "seeded")
 
 
-def _bisect(conn: psycopg.Connection, bench, regression_id: int, planted_key: str) -> None:
+def _bisect(conn: psycopg.Connection, regression_id: int, planted_key: str) -> None:
     """A bisection of the planted regression, as the bisect flow records it."""
     steps = tuple(
         Step(sha(day), 0, {"flash_attention fp16": _verdict(name, ratio)}, {}, 12.0, judgement)
@@ -126,41 +137,38 @@ def _bisect(conn: psycopg.Connection, bench, regression_id: int, planted_key: st
         ("flash_attention fp16",), "culprit found",
     )  # fmt: skip
     record_bisection(
-        conn, outcome, bisect_id=uuid.uuid4(), repository=bench.REPOSITORY,
-        regression_id=regression_id, device=bench.devices(B200)[0],
+        conn, outcome, bisect_id=uuid.uuid4(), repository=REPOSITORY,
+        regression_id=regression_id, device=devices(B200)[0],
         series={"flash_attention fp16": planted_key}, commits={},
     )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def seeded(pg_server, bench_store):
+def seeded(pg_server):
     """One database with the seeded history, shared by this module's read-only tests."""
     name = "t_dashboards"
     with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE kernelwatch')
     url = pg_server.url(name)
-    bench = bench_store
-    planted_case = next(
-        c for c in bench.cases(21) if c.kernel == "flash_attention" and c.dtype == "fp16"
-    )
-    planted_key = series_key(bench.REPOSITORY, planted_case, bench.MODELS[B200][0], bench.METHOD)
+    planted_case = next(c for c in cases(21) if c.kernel == "flash_attention" and c.dtype == "fp16")
+    planted_key = series_key(REPOSITORY, planted_case, MODELS[B200][0], METHOD)
     with psycopg.connect(url) as conn:
         ingester = Ingester(conn)
-        for run in _history(bench):
+        for run in _history():
             ingester.ingest(run)
-        report = detect_and_alert(conn, bench.REPOSITORY)
+        report = detect_and_alert(conn, REPOSITORY)
         regression_id = conn.execute(
             """SELECT DISTINCT cp.regression_id FROM change_points cp
             JOIN series s ON s.id = cp.series_id WHERE s.key = %s""",
             (planted_key,),
         ).fetchone()[0]
-        _bisect(conn, bench, regression_id, planted_key)
+        _bisect(conn, regression_id, planted_key)
         # Older regressions, some still untriaged, as earlier detection passes left them.
-        bench.add_regressions(conn, 20, seed=1, back=12)
+        add_regressions(conn, 20, seed=1, back=12)
     reader = url.replace("postgres@", "kernelwatch_reader@", 1)
     return SimpleNamespace(
-        url=url, reader=reader, bench=bench, report=report, regression_id=regression_id,
+        url=url, reader=reader, report=report, regression_id=regression_id,
         planted_key=planted_key, request=Request(END - timedelta(days=60), datetime.now(UTC)),
     )  # fmt: skip
 
@@ -293,7 +301,7 @@ def test_alert_rules_fire_on_the_planted_conditions(seeded, reader):
     failed = _firing(reader, rules["kw-run-failed"])
     assert [(i["device_model"], i["trigger"]) for i in failed] == [("NVIDIA H200", "nightly")]
     missing = _firing(reader, rules["kw-nightly-missing"])
-    assert [i["device_model"] for i in missing] == [seeded.bench.MODELS[H100][0]]
+    assert [i["device_model"] for i in missing] == [MODELS[H100][0]]
 
 
 def test_planted_regression_is_open_and_on_the_fleet_overview(seeded, reader):
@@ -397,11 +405,11 @@ def test_build_panels_show_the_lost_tensor_core_path(seeded, reader):
 
 
 def test_health_quarantines_the_throttling_gpu_and_lists_the_failed_run(seeded, reader):
-    devices = _panel_rows(
+    rows = _panel_rows(
         seeded, reader, "kw-health", "Devices over the time range (quarantined first)"
     )
-    noisy = seeded.bench.devices(H200)[3]
-    quarantined = [d for d in devices if d["quarantined"]]
+    noisy = devices(H200)[3]
+    quarantined = [d for d in rows if d["quarantined"]]
     assert [(d["host"], d["device_uuid"]) for d in quarantined] == [(noisy.host, noisy.uuid)]
     assert "samples throttled" in quarantined[0]["reason"]
     failed = _panel_rows(seeded, reader, "kw-health", "Failed and partial runs")

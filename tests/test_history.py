@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+from factories import measurement
 
 from kernelwatch.analysis.record_changes import detect_measurements
-from kernelwatch.harness.records import CaseId, DeviceInfo, Measurement, Method, SoftwareInfo
-
-_CASE = CaseId("s", "gemm", "llm", {"m": 4096}, "bf16")
 
 
 def _run(rng: np.random.Generator, center: float, clock: float | None, status: str = "ok"):
     samples = center * np.exp(rng.normal(0, 0.01, 50))
-    ok = status == "ok"
-    return Measurement(
-        case=_CASE,
-        status=status,
-        reason="",
-        method=Method("cuda-events", "cold", 1),
-        device=DeviceInfo("cuda", "H200", "host", False),
-        software=SoftwareInfo("0", "3.11", "2", "3", None, None),
-        samples_ns=tuple(samples.tolist()) if ok else (),
-        sm_clock_mhz=(clock,) * 50 if ok and clock is not None else (),
-        throttled=(False,) * 50 if ok else (),
-    )
+    if status != "ok":
+        return measurement(samples_ns=(), status=status, reason="planted")
+    clocks = (clock,) * 50 if clock is not None else ()
+    return measurement(samples_ns=samples, sm_clock_mhz=clocks)
 
 
 def test_a_code_change_is_confirmed_on_the_samples_and_indexed_into_the_runs():

@@ -11,54 +11,14 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import psycopg
 import pytest
+from factories import REPOSITORY, commit, measurement, run, run_info
 
 from kernelwatch.flows.detection import detect_and_alert
-from kernelwatch.harness.records import (
-    CaseId,
-    CommitInfo,
-    DeviceInfo,
-    LaunchConfig,
-    Measurement,
-    Method,
-    RunInfo,
-    SoftwareInfo,
-    Summary,
-)
+from kernelwatch.harness.records import CaseId
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
 
-REPO = "kernels-repo"
-DEVICE = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)
-SOFTWARE = SoftwareInfo("0.1.0", "3.11.7", "2.13.0", "3.9.0", "13.0", "580.1")
 START = datetime(2026, 6, 1, tzinfo=UTC)
-
-
-def _measurement(case: CaseId, level: float, rng: np.random.Generator) -> Measurement:
-    samples = level * np.exp(rng.normal(0.0, 0.004, 15))
-    median = float(np.median(samples))
-    return Measurement(
-        case=case,
-        status="ok",
-        reason="",
-        method=Method("cuda-events", "cold", 1),
-        device=DEVICE,
-        software=SOFTWARE,
-        config=LaunchConfig({"BLOCK": 1024}, 4, 1),
-        samples_ns=tuple(float(s) for s in samples),
-        throttled=(False,) * 15,
-        summary=Summary(
-            15,
-            median,
-            median * 0.998,
-            median * 1.002,
-            median,
-            median,
-            median,
-            median,
-            "converged",
-            0.002,
-        ),
-    )
 
 
 def _history(levels: list[float], series: int = 20, seed: int = 0, offset: int = 0) -> list[Run]:
@@ -72,21 +32,13 @@ def _history(levels: list[float], series: int = 20, seed: int = 0, offset: int =
     runs = []
     for i, level in enumerate(levels, start=offset):
         when = START + timedelta(days=i)
-        commit = CommitInfo(f"{i:040x}", (f"{i - 1:040x}",), when.isoformat(), f"commit {i}")
-        info = RunInfo(
-            run_id=str(uuid.UUID(int=i + 1)),
-            trigger="nightly",
-            repository=REPO,
-            suite="builtin",
-            commit=commit,
-            device=DEVICE,
-            software=SOFTWARE,
-            started_at=(when + timedelta(hours=3)).isoformat(),
-            status="ok",
-            finished_at=(when + timedelta(hours=4)).isoformat(),
-        )
-        records = [_measurement(c, 1000.0 * (1 + s / 10) * level, rng) for s, c in enumerate(cases)]
-        runs.append(Run.of(info, records))
+        head = commit(f"{i:040x}", when, parents=(f"{i - 1:040x}",))
+        info = run_info(when, run_id=str(uuid.UUID(int=i + 1)), commit=head)
+        records = [
+            measurement(c, 1000.0 * (1 + s / 10) * level * np.exp(rng.normal(0.0, 0.004, 15)))
+            for s, c in enumerate(cases)
+        ]
+        runs.append(run(records, info))
     return runs
 
 
@@ -99,7 +51,7 @@ def _ingest(url: str, runs: list[Run]) -> None:
 
 def _detect(url: str):
     with psycopg.connect(url) as conn:
-        return detect_and_alert(conn, REPO)
+        return detect_and_alert(conn, REPOSITORY)
 
 
 @pytest.fixture
@@ -151,7 +103,7 @@ def test_reset_baseline_closes_and_silences(store_url, regressions_cli):
     reset = cli(
         "reset-baseline",
         "--repository",
-        REPO,
+        REPOSITORY,
         "--commit",
         f"{20:040x}",
         "--note",
@@ -172,7 +124,7 @@ def test_reset_baseline_closes_and_silences(store_url, regressions_cli):
         (("resolve", "1", "--as", "done"), "not a closing state"),
         (("list", "--state", "sleeping"), "unknown state 'sleeping'"),
         (
-            ("reset-baseline", "--repository", REPO, "--commit", "abc", "--note", "x"),
+            ("reset-baseline", "--repository", REPOSITORY, "--commit", "abc", "--note", "x"),
             "commit 'abc'",
         ),
     ],

@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+from factories import DEVICE, SOFTWARE, WHEN, commit
 
 from kernelwatch.analysis.static_diff import Finding
 from kernelwatch.analysis.verdict import VerdictConfig
-from kernelwatch.harness.records import CommitInfo, DeviceInfo, SoftwareInfo
+from kernelwatch.harness.records import DeviceInfo
 from kernelwatch.report import charts, views
 from kernelwatch.report import format as fmt
 from kernelwatch.report.compare import Comparison, RunSide, compare_runs
@@ -25,16 +26,13 @@ from kernelwatch.store.report_queries import (
     RunHeader,
 )
 
-H200 = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)
-SOFTWARE = SoftwareInfo("0.1.0", "3.11.7", "2.13.0", "3.9.0", "13.0", "580.1")
-WHEN = datetime(2026, 6, 1, tzinfo=UTC)
 DEFAULT = VerdictConfig()
 
 
-def _header(sha: str, trigger: str = "pr", device: DeviceInfo = H200) -> RunHeader:
+def _header(sha: str, trigger: str = "pr", device: DeviceInfo = DEVICE) -> RunHeader:
     return RunHeader(
         run_id=f"{sha[:8]}-0000-0000-0000-000000000000", trigger=trigger, repository="repo",
-        suite="builtin", commit=CommitInfo(sha, (), WHEN.isoformat(), "msg", "main"),
+        suite="builtin", commit=commit(sha, message="msg"),
         base_sha=None, pool="gpu-h200", orchestration_id=None, status="ok", started_at=WHEN,
         finished_at=WHEN, device=device, software=SOFTWARE, measurements=0,
         measurement_errors=0, correctness=0, correctness_failed=0, builds=0,
@@ -105,11 +103,11 @@ def test_compare_runs_explains_cases_and_comparisons_it_cannot_judge():
     assert [m.series_key for m in c.only_head] == ["c-4"]
     assert c.outcome == 2 and "none of the 2 cases in common" in c.problem
 
-    elsewhere = replace(H200, name="NVIDIA B200")
+    elsewhere = replace(DEVICE, name="NVIDIA B200")
     moved = replace(head, header=_header("b" * 40, device=elsewhere))
     assert "an A/B comparison needs one device" in compare_runs(base, moved).problem
     nightly = replace(base, header=_header("a" * 40, trigger="nightly"))
-    other_gpu = replace(head, header=_header("b" * 40, device=replace(H200, uuid="GPU-2")))
+    other_gpu = replace(head, header=_header("b" * 40, device=replace(DEVICE, uuid="GPU-2")))
     notes = compare_runs(nightly, other_gpu).notes
     assert len(notes) == 2 and "not an interleaved A/B pair" in notes[1]
 

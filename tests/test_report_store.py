@@ -11,31 +11,30 @@ import shutil
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
 import pytest
+from factories import (
+    DEVICE,
+    METHOD,
+    REPOSITORY,
+    SOFTWARE,
+    WHEN,
+    build,
+    commit,
+    correctness,
+    measurement,
+    run_info,
+)
 
 from kernelwatch.analysis.bisect_search import Probe, bisect
 from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.flows.detection import detect_and_alert
-from kernelwatch.harness.records import (
-    BuildMetrics,
-    CaseId,
-    CommitInfo,
-    CorrectnessResult,
-    DeviceInfo,
-    LaunchConfig,
-    Measurement,
-    Method,
-    RunInfo,
-    SoftwareInfo,
-    SpeedOfLight,
-    Summary,
-)
+from kernelwatch.harness.records import CaseId, CorrectnessResult, RunInfo, SpeedOfLight
 from kernelwatch.report import format as fmt
 from kernelwatch.report.compare import comparison_from_runs
 from kernelwatch.report.html import write_compare_report, write_nightly_report, write_run_report
@@ -47,12 +46,6 @@ from kernelwatch.store.report_queries import RunNotFound, resolve_run
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.triage_state import show_regression
 
-REPO = "kernels-repo"
-DEVICE = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)
-SOFTWARE = SoftwareInfo("0.1.0", "3.11.7", "2.13.0", "3.9.0", "13.0", "580.1")
-METHOD = Method("cuda-events", "cold", 1)
-CONFIG = LaunchConfig({"BLOCK": 1024}, 4, 1)
-START = datetime(2026, 6, 1, tzinfo=UTC)
 NIGHTS, CULPRIT = 35, 20
 CASES = (
     CaseId("builtin", "rms_norm", "llm", {"rows": 64, "hidden": 4096}, "fp16"),
@@ -73,29 +66,9 @@ def _measurement(case: CaseId, base_ns: float, level: float, rng: np.random.Gene
     samples = base_ns * level * np.exp(rng.normal(0.0, 0.004, 40))
     median = float(np.median(samples))
     pct_sol = 100.0 * 0.6 * base_ns / median  # the roofline allows 60 % of the base time
-    return Measurement(
-        case=case,
-        status="ok",
-        reason="",
-        method=METHOD,
-        device=DEVICE,
-        software=SOFTWARE,
-        config=CONFIG,
-        samples_ns=tuple(float(s) for s in samples),
-        sm_clock_mhz=(1980.0,) * samples.size,
-        throttled=(False,) * samples.size,
-        summary=Summary(
-            samples.size,
-            median,
-            median * 0.998,
-            median * 1.002,
-            median,
-            float(samples.min()),
-            median * 0.99,
-            median * 1.01,
-            "converged",
-            0.002,
-        ),
+    return measurement(
+        case,
+        samples,
         sol=SpeedOfLight(
             0.5, 2000.0 * base_ns / median, 5.0, pct_sol, pct_sol, "memory", "datasheet"
         ),
@@ -107,33 +80,17 @@ def _measurement(case: CaseId, base_ns: float, level: float, rng: np.random.Gene
 
 def _check(case: CaseId, verdict: str = "pass") -> CorrectnessResult:
     reason = "" if verdict == "pass" else "rel error 3.1e-02 over tolerance 1.0e-02"
-    return CorrectnessResult(case, verdict, reason, 1e-2, 0, DEVICE, SOFTWARE, rel_error=3e-4)
-
-
-def _build(spill: int = 0) -> BuildMetrics:
-    return BuildMetrics(
-        suite="builtin", kernel="rms_norm", function="rms_norm_fwd", language="triton",
-        arch="sm_90a", config=CONFIG, status="ok", registers=40, spill_store_bytes=spill,
-        spill_load_bytes=spill, shared_static_bytes=0, shared_dynamic_bytes=0, num_warps=4,
-        num_stages=1, tensor_core="none", global_load_bits=128, instructions=400,
-        dtype="fp16", workload="llm", case="rows=64 hidden=4096",
-    )  # fmt: skip
+    return correctness(case, verdict, reason=reason)
 
 
 def _info(run: int, trigger: str, sha: str, day: int, base: str | None = None) -> RunInfo:
-    when = START + timedelta(days=day)
+    when = WHEN + timedelta(days=day)
     parents = (_sha(day - 1),) if day else ()
-    return RunInfo(
+    return run_info(
+        when,
         run_id=str(uuid.UUID(int=run)),
         trigger=trigger,
-        repository=REPO,
-        suite="builtin",
-        commit=CommitInfo(sha, parents, when.isoformat(), f"commit {day}", "main"),
-        device=DEVICE,
-        software=SOFTWARE,
-        started_at=(when + timedelta(hours=3)).isoformat(),
-        status="ok",
-        finished_at=(when + timedelta(hours=4)).isoformat(),
+        commit=commit(sha, when, parents=parents, message=f"commit {day}"),
         base_commit=base,
         pool="gpu-h200",
     )
@@ -149,7 +106,7 @@ def _nightly(day: int, rng: np.random.Generator) -> Run:
         _measurement(c, ns, _level(c, day), rng) for c, ns in zip(CASES, BASE_NS, strict=True)
     ]
     info = _info(day + 1, "nightly", _sha(day), day)
-    return Run.of(info, [_build(), *map(_check, CASES), *records])
+    return Run.of(info, [build(), *map(_check, CASES), *records])
 
 
 def _pr_pair(rng: np.random.Generator) -> tuple[Run, Run]:
@@ -163,8 +120,11 @@ def _pr_pair(rng: np.random.Generator) -> tuple[Run, Run]:
         head.append(_measurement(case, ns, _level(case, NIGHTS) * factor, rng))
     checks = [_check(c, "fail" if c.kernel == "softmax" else "pass") for c in CASES]
     return (
-        Run.of(_info(1001, "pr", base_sha, NIGHTS), [_build(), *map(_check, CASES), *base]),
-        Run.of(_info(1002, "pr", PR_HEAD, NIGHTS, base_sha), [_build(96), *checks, *head]),
+        Run.of(_info(1001, "pr", base_sha, NIGHTS), [build(), *map(_check, CASES), *base]),
+        Run.of(
+            _info(1002, "pr", PR_HEAD, NIGHTS, base_sha),
+            [build(spill_store_bytes=96, spill_load_bytes=96), *checks, *head],
+        ),
     )
 
 
@@ -190,10 +150,10 @@ def _bisect_culprit(conn: psycopg.Connection, regression_id: int) -> None:
         conn,
         outcome,
         bisect_id=uuid.uuid4(),
-        repository=REPO,
+        repository=REPOSITORY,
         regression_id=regression_id,
         device=DEVICE,
-        series={"rms_norm": series_key(REPO, CASES[0], DEVICE.name, METHOD)},
+        series={"rms_norm": series_key(REPOSITORY, CASES[0], DEVICE.name, METHOD)},
         commits={},
     )
 
@@ -220,7 +180,7 @@ def seeded(pg_server) -> Seeded:
         ingester = Ingester(conn)
         for run in [*(_nightly(day, rng) for day in range(NIGHTS)), base, head]:
             ingester.ingest(run)
-        (regression_id,) = detect_and_alert(conn, REPO).opened
+        (regression_id,) = detect_and_alert(conn, REPOSITORY).opened
         _bisect_culprit(conn, regression_id)
     return Seeded(url, regression_id, base.info.run_id, head.info.run_id)
 
@@ -426,7 +386,7 @@ def _drawn(opened: Opened, name: str) -> None:
 
 def test_reports_draw_in_headless_chromium(seeded, browser, tmp_path):
     with psycopg.connect(seeded.url) as conn:
-        nightly = write_nightly_report(conn, REPO, tmp_path)
+        nightly = write_nightly_report(conn, REPOSITORY, tmp_path)
         compare = write_compare_report(conn, seeded.base_run, seeded.head_run, tmp_path)
         run = write_run_report(conn, _last_nightly(), tmp_path)
         culprit = show_regression(conn, seeded.regression_id)["culprit_sha"]

@@ -18,22 +18,23 @@ import psycopg
 import pytest
 
 from kernelwatch.config.database import ConfigError, StoreConfig, load_config
-from kernelwatch.harness.records import BuildMetrics, CorrectnessResult, RecordError
+from kernelwatch.harness.records import RecordError
 from kernelwatch.store import migrate, queries
 from kernelwatch.store.embedded import EmbeddedServer
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run, read_run_file, write_run_file
 from kernelwatch.store.spool import Submitter, pending, replay
+from kernelwatch.store.synthetic_fleet import MODELS, Fleet, add_regressions, fleet_runs
 
 ROOT = Path(__file__).parent.parent
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
 
 
-def small_runs(bench, series=12, days=3, pr=1, seed=0) -> list[Run]:
-    fleet = bench.Fleet(models=2, series=series, days=days, samples=7, pr_runs_per_day=pr,
-                        pr_series=4, seed=seed)  # fmt: skip
-    return list(bench.fleet_runs(fleet, NOW))
+def small_runs(series=12, days=3, pr=1, seed=0) -> list[Run]:
+    fleet = Fleet(models=2, series=series, days=days, samples=7, pr_runs_per_day=pr,
+                  pr_series=4, seed=seed)  # fmt: skip
+    return list(fleet_runs(fleet, NOW))
 
 
 def count(url: str, sql: str) -> int:
@@ -66,18 +67,17 @@ def test_migrations_up_and_down(pg_server):
         assert migrate.current_revision(conn) == migrate.HEAD
 
 
-def test_ingest_is_complete_and_idempotent(store_url, bench_store):
-    runs = small_runs(bench_store)
+def test_ingest_is_complete_and_idempotent(store_url, make_correctness, make_build):
+    runs = small_runs()
     run = runs[0]
-    check = CorrectnessResult(
-        run.records[0].case, "pass", "", 1e-3, 7, run.info.device, run.info.software,
-        rel_error=1e-5, config=run.records[0].config,
-    )  # fmt: skip
-    build = BuildMetrics(
-        "kernelwatch.kernels.suite", "gemm", "matmul_kernel", "triton", "sm_90a",
-        run.records[0].config, "ok", registers=122, tensor_core="HGMMA",
-        opcodes={"HGMMA": 4}, toolchain={"ptxas": "12.9"}, dtype="bf16", workload="llm",
-        case="m=64 n=64 k=64",
+    first_case, config = run.records[0].case, run.records[0].config
+    check = make_correctness(
+        first_case, device=run.info.device, software=run.info.software, config=config
+    )
+    build = make_build(
+        suite=first_case.suite, kernel="gemm", function="matmul_kernel", config=config,
+        registers=122, tensor_core="HGMMA", opcodes={"HGMMA": 4}, toolchain={"ptxas": "12.9"},
+        dtype="bf16", case="m=64 n=64 k=64",
     )  # fmt: skip
     run = Run(run.info, (*run.records, check, build))
     with psycopg.connect(store_url) as conn:
@@ -117,10 +117,10 @@ def test_ingest_is_complete_and_idempotent(store_url, bench_store):
     assert median == m.summary.median_ns and source == "autotune" and extra is None
 
 
-def test_samples_round_trip_every_shape(store_url, bench_store):
+def test_samples_round_trip_every_shape(store_url):
     """Constant and varying clocks, no clocks, no baseline, no samples at all, and flags
     not parallel to the samples: the raw_samples view gives back exactly what came in."""
-    run = small_runs(bench_store, series=6, days=1, pr=0)[0]
+    run = small_runs(series=6, days=1, pr=0)[0]
     first = run.records[0]
     shapes = [
         dataclasses.replace(first, sm_clock_mhz=(1980.0,) * 7, mem_clock_mhz=(2619.0,) * 7),
@@ -161,8 +161,8 @@ def test_samples_round_trip_every_shape(store_url, bench_store):
             assert extra is None
 
 
-def test_nothing_is_lost_when_clocks_are_not_whole_mhz(store_url, bench_store):
-    run = small_runs(bench_store, series=3, days=1, pr=0)[0]
+def test_nothing_is_lost_when_clocks_are_not_whole_mhz(store_url):
+    run = small_runs(series=3, days=1, pr=0)[0]
     odd = dataclasses.replace(run.records[0], sm_clock_mhz=(1980.5,) * 7)
     with psycopg.connect(store_url) as conn:
         Ingester(conn).ingest(Run(run.info, (odd, *run.records[1:])))
@@ -174,18 +174,18 @@ def test_nothing_is_lost_when_clocks_are_not_whole_mhz(store_url, bench_store):
     assert clocks[0] == ([], [])  # the exact values are in extra, nothing rounded here
 
 
-def test_reporting_views_and_queries(store_url, bench_store):
-    runs = small_runs(bench_store)
+def test_reporting_views_and_queries(store_url):
+    runs = small_runs()
     with psycopg.connect(store_url) as conn:
         ingester = Ingester(conn)
         for run in reversed(runs):  # out of order, as a replay may deliver them
             ingester.ingest(run)
-        bench_store.add_regressions(conn, 6, 0)
-        latest = queries.latest(conn, device_model=bench_store.MODELS[0][0])
+        add_regressions(conn, 6, 0)
+        latest = queries.latest(conn, device_model=MODELS[0][0])
         assert len(latest) == 12
         newest_nightly = max(
             r.info.started_at for r in runs
-            if r.info.trigger == "nightly" and r.info.device.name == bench_store.MODELS[0][0]
+            if r.info.trigger == "nightly" and r.info.device.name == MODELS[0][0]
         )  # fmt: skip
         assert {row["measured_at"] for row in latest} == {datetime.fromisoformat(newest_nightly)}
         key = latest[0]["series_key"]
@@ -200,8 +200,8 @@ def test_reporting_views_and_queries(store_url, bench_store):
         assert sum(row["runs"] for row in noise) == len(runs)
 
 
-def test_method_change_is_annotated(store_url, bench_store):
-    run = small_runs(bench_store, series=2, days=1, pr=0)[0]
+def test_method_change_is_annotated(store_url):
+    run = small_runs(series=2, days=1, pr=0)[0]
     method = dataclasses.replace(run.records[0].method, l2="warm")
     later = dataclasses.replace(run.info, run_id="00000000-0000-0000-0000-00000000beef")
     changed = Run(later, tuple(dataclasses.replace(m, method=method) for m in run.records))
@@ -213,8 +213,8 @@ def test_method_change_is_annotated(store_url, bench_store):
     assert "cold" in notes[0]["text"] and "warm" in notes[0]["text"]
 
 
-def test_roles(store_url, bench_store):
-    run = small_runs(bench_store, series=3, days=1, pr=0)[0]
+def test_roles(store_url):
+    run = small_runs(series=3, days=1, pr=0)[0]
     writer = store_url.replace("postgresql://postgres@", "postgresql://kernelwatch_writer@")
     reader = store_url.replace("postgresql://postgres@", "postgresql://kernelwatch_reader@")
     with psycopg.connect(writer) as conn:
@@ -225,8 +225,8 @@ def test_roles(store_url, bench_store):
             conn.execute("SELECT count(*) FROM measurements")
 
 
-def test_run_file_round_trip_and_rejects(tmp_path, bench_store):
-    run = small_runs(bench_store, series=2, days=1, pr=0)[0]
+def test_run_file_round_trip_and_rejects(tmp_path):
+    run = small_runs(series=2, days=1, pr=0)[0]
     path = tmp_path / "run.jsonl"
     write_run_file(run, path)
     assert read_run_file(path) == run
@@ -248,15 +248,15 @@ def test_config_precedence(tmp_path, monkeypatch):
         load_config(tmp_path)
 
 
-def test_spool_and_replay_after_server_stopped_mid_run(tmp_path, bench_store):
+def test_spool_and_replay_after_server_stopped_mid_run(tmp_path):
     # Its own server, under /tmp so that as root the server's user can reach it.
     server = EmbeddedServer(Path("/tmp") / f"kw-spool-{os.getpid()}")
     try:
         server.ensure_running()
         migrate.upgrade(server.url())
         config = StoreConfig(url=server.url(), spool_dir=tmp_path / "spool", pg_dir=server.root)
-        fleet = bench_store.Fleet(models=3, series=400, days=4, samples=30, pr_runs_per_day=0)
-        runs = list(bench_store.fleet_runs(fleet, NOW))
+        fleet = Fleet(models=3, series=400, days=4, samples=30, pr_runs_per_day=0)
+        runs = list(fleet_runs(fleet, NOW))
 
         def stop_after_some_runs() -> None:
             while count(server.url(), "SELECT count(*) FROM runs") < 3:
@@ -293,28 +293,25 @@ def test_spool_and_replay_after_server_stopped_mid_run(tmp_path, bench_store):
 
 
 WORKER = """
-import importlib.util, sys
+import sys
 from datetime import UTC, datetime
 import psycopg
 from kernelwatch.store.ingest import Ingester
-spec = importlib.util.spec_from_file_location("bench_store", sys.argv[1])
-bench = importlib.util.module_from_spec(spec); sys.modules["bench_store"] = bench
-spec.loader.exec_module(bench)
-fleet = bench.Fleet(models=3, series=60, days=2, samples=10, pr_runs_per_day=1, pr_series=10,
-                    seed=int(sys.argv[3]) % 4)
-with psycopg.connect(sys.argv[2]) as conn:
+from kernelwatch.store.synthetic_fleet import Fleet, fleet_runs
+fleet = Fleet(models=3, series=60, days=2, samples=10, pr_runs_per_day=1, pr_series=10,
+              seed=int(sys.argv[2]) % 4)
+with psycopg.connect(sys.argv[1]) as conn:
     ingester = Ingester(conn)
     print(sum(ingester.ingest(r).stored
-              for r in bench.fleet_runs(fleet, datetime(2026, 1, 10, tzinfo=UTC))))
+              for r in fleet_runs(fleet, datetime(2026, 1, 10, tzinfo=UTC))))
 """
 
 
 def test_concurrent_ingest_from_8_processes(store_url):
     # Worker i ingests the fleet of seed i % 4: every run is submitted by two processes at
     # once, and all of them create the same series concurrently.
-    script = ROOT / "scripts" / "bench_store.py"
     procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, str(script), store_url, str(i)],
+        subprocess.Popen([sys.executable, "-c", WORKER, store_url, str(i)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(8)
     ]  # fmt: skip

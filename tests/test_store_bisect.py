@@ -16,6 +16,7 @@ from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.findings import NewRegression, open_regression
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
+from kernelwatch.store.synthetic_fleet import METHOD, Fleet, fleet_runs
 from kernelwatch.store.triage_state import TriageNotFound, show_regression
 
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
@@ -26,10 +27,10 @@ def _verdict(name: str, ratio: float) -> ABVerdict:
 
 
 @pytest.fixture
-def stored(store_url, bench_store):
+def stored(store_url):
     """One ingested nightly run (two series) at the good commit, and a regression on it."""
-    fleet = bench_store.Fleet(models=1, series=2, days=1, samples=7, pr_runs_per_day=0)
-    run = next(bench_store.fleet_runs(fleet, NOW))
+    fleet = Fleet(models=1, series=2, days=1, samples=7, pr_runs_per_day=0)
+    run = next(fleet_runs(fleet, NOW))
     conn = psycopg.connect(store_url)
     Ingester(conn).ingest(run)
     with conn.transaction(), conn.cursor() as cur:
@@ -39,7 +40,7 @@ def stored(store_url, bench_store):
         )
     cases = {m.case.kernel: m.case for m in run.records}
     series = {
-        name: series_key(run.info.repository, case, run.info.device.name, bench_store.METHOD)
+        name: series_key(run.info.repository, case, run.info.device.name, METHOD)
         for name, case in cases.items()
     }
     yield conn, run, regression_id, series

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from kernelwatch.analysis.verdict import VerdictConfig, compare, compare_measurements
-from kernelwatch.harness.records import CaseId, DeviceInfo, Measurement, Method, SoftwareInfo
 
 
 def _samples(seed: int, n: int, center: float, jitter: float = 0.01) -> np.ndarray:
@@ -66,27 +65,13 @@ def test_a_clock_change_is_the_same_in_cycle_space():
     assert "clock" in v.reason
 
 
-def _measurement(samples: np.ndarray, throttled: list[bool], clocks: list[float]) -> Measurement:
-    return Measurement(
-        case=CaseId("s", "k", "w", {"n": 1}, "fp16"),
-        status="ok",
-        reason="",
-        method=Method("cuda-events", "cold", 1),
-        device=DeviceInfo("cuda", "H200", "host", False),
-        software=SoftwareInfo("0", "3.11", "2", "3", None, None),
-        samples_ns=tuple(float(s) for s in samples),
-        sm_clock_mhz=tuple(clocks),
-        throttled=tuple(throttled),
-    )
-
-
-def test_measurements_leave_throttled_samples_out():
+def test_measurements_leave_throttled_samples_out(make_measurement):
     a = _samples(1, 100, 100.0)
     b = _samples(2, 100, 100.0)
     b[:20] *= 1.5
-    flags = [True] * 20 + [False] * 80
+    flags = (True,) * 20 + (False,) * 80
     v = compare_measurements(
-        _measurement(a, [False] * 100, [1980.0] * 100), _measurement(b, flags, [1980.0] * 100)
+        make_measurement(samples_ns=a), make_measurement(samples_ns=b, throttled=flags)
     )
     assert v.verdict == "SAME"
     assert v.n_b == 80
