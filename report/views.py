@@ -151,7 +151,7 @@ def regression_view(
     histories: Mapping[str, Sequence[Mapping[str, Any]]],
     steps: Sequence[BisectStep],
 ) -> RegressionView:
-    """An open regression (``store.triage.show_regression``'s dict) with history charts of
+    """An open regression (``store.triage_state.show_regression``'s dict) with history charts of
     its first ``CHARTS_PER_REGRESSION`` series (``histories`` by series key)."""
     members = detail["change_point_list"]
     drawn = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,9 +31,9 @@ from kernelwatch.harness.records import (
     SoftwareInfo,
 )
 from kernelwatch.store import copyframe
+from kernelwatch.store.columns import BUILDS, CORRECTNESS, RUNS, TABLES, Table, attribute
 from kernelwatch.store.identity import canonical_params, case_key, series_key
 from kernelwatch.store.measurement_rows import COLUMNS as MEASUREMENT_COLUMNS
-from kernelwatch.store.measurement_rows import RunColumns
 from kernelwatch.store.measurement_rows import rows as measurement_rows
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.samples import COLUMNS as SAMPLE_COLUMNS
@@ -49,56 +49,13 @@ MEASUREMENT_ID_SHIFT = 24
 _CHUNK = 256
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
-_CORRECTNESS_COLUMNS = (
-    ("run_id", "int8"), ("kernel_id", "int4"), ("case_key", "text"), ("workload", "text"),
-    ("params", "jsonb"), ("dtype", "text"), ("verdict", "text"), ("reason", "text"),
-    ("tolerance", "float8"), ("seed", "int8"), ("rel_error", "float8"),
-    ("max_abs_error", "float8"), ("nonfinite", "int8"), ("unwritten", "int8"),
-    ("deterministic", "bool"), ("config_id", "int4"), ("duration_s", "float8"),
-    ("detail", "text"), ("extra", "jsonb"),
-)  # fmt: skip
-_BUILD_SCALARS = (
-    ("registers", "int4"), ("spill_store_bytes", "int8"), ("spill_load_bytes", "int8"),
-    ("stack_bytes", "int8"), ("shared_static_bytes", "int8"), ("shared_dynamic_bytes", "int8"),
-    ("num_warps", "int4"), ("num_stages", "int4"), ("tensor_core", "text"),
-    ("tma_loads", "int4"), ("global_load_bits", "int4"), ("local_loads", "int4"),
-    ("local_stores", "int4"), ("instructions", "int4"), ("cubin_bytes", "int8"),
-    ("cubin_sha256", "text"), ("source_hash", "text"), ("compile_s", "float8"),
-    ("cached", "bool"), ("detail", "text"), ("function", "text"), ("language", "text"),
-    ("arch", "text"), ("status", "text"), ("reason", "text"), ("dtype", "text"),
-    ("workload", "text"),
-)  # fmt: skip
-_BUILD_COLUMNS = (
-    ("run_id", "int8"), ("kernel_id", "int4"), ("config_id", "int4"), ("opcodes", "jsonb"),
-    ("toolchain", "jsonb"), ("extra", "jsonb"), ("case_label", "text"), *_BUILD_SCALARS,
-)  # fmt: skip
-
-# Record fields that map onto columns; any other field lands in ``extra``.
-_MAPPED = {
-    Measurement: {
-        "case", "status", "reason", "method", "device", "software", "config", "samples_ns",
-        "sm_clock_mhz", "throttled", "summary", "telemetry", "sol", "baseline",
-        "baseline_median_ns", "speedup", "duration_s", "detail", "kind", "schema_version",
-        "mem_clock_mhz", "baseline_samples_ns", "baseline_throttled", "config_source",
-    },
-    CorrectnessResult: {
-        "case", "verdict", "reason", "tolerance", "seed", "device", "software", "rel_error",
-        "max_abs_error", "nonfinite", "unwritten", "deterministic", "config", "duration_s",
-        "detail", "kind", "schema_version",
-    },
-    BuildMetrics: {
-        "suite", "kernel", "config", "opcodes", "toolchain", "kind", "schema_version", "case",
-        *(name for name, _ in _BUILD_SCALARS),
-    },
-    RunInfo: {
-        "run_id", "trigger", "repository", "suite", "commit", "device", "software",
-        "started_at", "status", "finished_at", "base_commit", "pool", "orchestration_id",
-        "kind", "schema_version",
-    },
-}  # fmt: skip
-_UNMAPPED = {
-    cls: tuple(f.name for f in fields(cls) if f.name not in names) for cls, names in _MAPPED.items()
-}
+# Record fields without a column, kept in each row's ``extra``: see ``columns.Table``.
+_KEPT = {table.record: table.kept_in_extra for table in TABLES}
+_INSERT_RUN = (
+    f"INSERT INTO runs ({', '.join(c.name for c in RUNS.written)}) "
+    f"VALUES ({', '.join(['%s'] * len(RUNS.written))}) "
+    "ON CONFLICT (run_id) DO NOTHING RETURNING id, started_at"
+)
 
 
 @dataclass(frozen=True)
@@ -168,29 +125,24 @@ class Ingester:
                 {"parents": list(c.parents), "author_time": c.author_time,
                  "message": c.message, "branch": c.branch},
             )  # fmt: skip
-        device_id = self._device(cur, info.device)
-        environment_id = self._environment(cur, info.software)
         rel_cis = [m.summary.rel_ci_halfwidth for m in measurements if m.summary is not None]
-        row = cur.execute(
-            """INSERT INTO runs (run_id, trigger, repository_id, suite, commit_id, base_sha,
-                pool, device_id, environment_id, status, started_at, finished_at,
-                orchestration_id, measurements, measurement_errors, samples,
-                throttled_samples, mean_rel_ci, correctness, correctness_failed, builds, extra)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-                %s, %s, %s, %s)
-            ON CONFLICT (run_id) DO NOTHING RETURNING id, started_at""",
-            (
-                info.run_id, info.trigger, repository_id, info.suite, commit_id,
-                info.base_commit, info.pool, device_id, environment_id, info.status,
-                info.started_at, info.finished_at, info.orchestration_id, len(measurements),
-                sum(m.status == "error" for m in measurements),
-                sum(len(m.samples_ns) for m in measurements),
-                sum(m.throttled.count(True) for m in measurements),
-                sum(rel_cis) / len(rel_cis) if rel_cis else None,
-                len(checks), sum(c.verdict in ("fail", "error") for c in checks), len(builds),
-                _jsonb(_extra(info)),
-            ),
-        ).fetchone()  # fmt: skip
+        given = {
+            "repository_id": repository_id,
+            "commit_id": commit_id,
+            "device_id": self._device(cur, info.device),
+            "environment_id": self._environment(cur, info.software),
+            "measurements": len(measurements),
+            "measurement_errors": sum(m.status == "error" for m in measurements),
+            "samples": sum(len(m.samples_ns) for m in measurements),
+            "throttled_samples": sum(m.throttled.count(True) for m in measurements),
+            "mean_rel_ci": sum(rel_cis) / len(rel_cis) if rel_cis else None,
+            "correctness": len(checks),
+            "correctness_failed": sum(c.verdict in ("fail", "error") for c in checks),
+            "builds": len(builds),
+            "extra": _jsonb(_extra(info)),
+        }
+        values = [given[c.name] if c.path is None else c.value(info) for c in RUNS.written]
+        row = cur.execute(_INSERT_RUN, values).fetchone()
         return None if row is None else (row[0], row[1])
 
     def _measurements(
@@ -226,12 +178,18 @@ class Ingester:
                     _extra_json(m, info, i in batch.irregular_clocks, i in batch.irregular_flags)
                     for i, m in enumerate(part)
                 ]
-                columns = RunColumns(
-                    run_pk, measured_at_us, info.trigger in HISTORY_TRIGGERS, ids[chunk],
-                    series_ids[chunk], config_ids[chunk], batch.kernel.lengths,
-                    batch.throttled_counts, extras,
-                )  # fmt: skip
-                copy.write(measurement_rows(part, columns))
+                given = {
+                    "id": ids[chunk],
+                    "run_id": run_pk,
+                    "series_id": series_ids[chunk],
+                    "measured_at": measured_at_us,
+                    "history": info.trigger in HISTORY_TRIGGERS,
+                    "config_id": config_ids[chunk],
+                    "sample_count": batch.kernel.lengths,
+                    "throttled_count": batch.throttled_counts,
+                    "extra": extras,
+                }
+                copy.write(measurement_rows(part, given))
         return sum(batch.count for batch in batches)
 
     def _correctness(
@@ -244,14 +202,14 @@ class Ingester:
             self._kernel(cur, repository_id, r.case.suite, r.case.kernel) for r in records
         ]
         config_ids = self._configs(cur, [r.config for r in records])
-        rows = (
-            (run_pk, kid, case_key(r.case), r.case.workload, dict(r.case.params), r.case.dtype,
-             r.verdict, r.reason, r.tolerance, r.seed, r.rel_error, r.max_abs_error,
-             r.nonfinite, r.unwritten, r.deterministic, cid, r.duration_s, r.detail,
-             _extra(r, info))
-            for r, kid, cid in zip(records, kernel_ids, config_ids, strict=True)
-        )  # fmt: skip
-        _copy_rows(cur, "correctness_results", _CORRECTNESS_COLUMNS, rows)
+        given = {
+            "run_id": [run_pk] * len(records),
+            "kernel_id": kernel_ids,
+            "case_key": [case_key(r.case) for r in records],
+            "config_id": config_ids,
+            "extra": [_extra(r, info) for r in records],
+        }
+        _copy_records(cur, CORRECTNESS, records, given)
 
     def _builds(
         self, cur: psycopg.Cursor, info: RunInfo, run_pk: int, records: Sequence[BuildMetrics]
@@ -261,12 +219,13 @@ class Ingester:
         repository_id = self._repository(cur, info.repository)
         kernel_ids = [self._kernel(cur, repository_id, r.suite, r.kernel) for r in records]
         config_ids = self._configs(cur, [r.config for r in records])
-        rows = (
-            (run_pk, kid, cid, dict(r.opcodes), dict(r.toolchain), _extra(r), r.case,
-             *(getattr(r, name) for name, _ in _BUILD_SCALARS))
-            for r, kid, cid in zip(records, kernel_ids, config_ids, strict=True)
-        )  # fmt: skip
-        _copy_rows(cur, "build_metrics", _BUILD_COLUMNS, rows)
+        given = {
+            "run_id": [run_pk] * len(records),
+            "kernel_id": kernel_ids,
+            "config_id": config_ids,
+            "extra": [_extra(r) for r in records],
+        }
+        _copy_records(cur, BUILDS, records, given)
 
     def _series(
         self,
@@ -438,17 +397,25 @@ def _copy(cur: psycopg.Cursor, table: str, columns: Sequence[str]) -> Iterator[p
         copy.write(copyframe.TRAILER)
 
 
-def _copy_rows(
-    cur: psycopg.Cursor,
-    table: str,
-    columns: Sequence[tuple[str, str]],
-    rows: Iterable[tuple[Any, ...]],
+def _copy_records(
+    cur: psycopg.Cursor, table: Table, records: Sequence[Any], given: dict[str, Sequence[Any]]
 ) -> None:
-    names = ", ".join(name for name, _ in columns)
-    with cur.copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
-        copy.set_types([pg_type for _, pg_type in columns])
-        for row in rows:
+    """COPY one row of ``table`` per record: read columns from the records, given columns from
+    ``given`` (one value per record)."""
+    columns = [
+        given[c.name] if c.path is None else [_plain(c.value(r), c.type) for r in records]
+        for c in table.written
+    ]
+    names = ", ".join(c.name for c in table.written)
+    with cur.copy(f"COPY {table.name} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types([c.type for c in table.written])
+        for row in zip(*columns, strict=True):
             copy.write_row(row)
+
+
+def _plain(value: Any, pg_type: str) -> Any:
+    """A record's value as psycopg dumps it: a jsonb mapping as a plain dict."""
+    return dict(value) if pg_type == "jsonb" and value is not None else value
 
 
 def _extra(
@@ -471,7 +438,7 @@ def _extra_json(
     keep_flags: bool = False,
 ) -> str | None:
     """``_extra`` as JSON text."""
-    kept = {name: getattr(record, name) for name in _UNMAPPED[type(record)]}
+    kept = {path: attribute(record, path) for path in _KEPT[type(record)]}
     if keep_clocks:
         kept["sm_clock_mhz"] = record.sm_clock_mhz
         kept["mem_clock_mhz"] = record.mem_clock_mhz

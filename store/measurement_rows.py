@@ -9,8 +9,7 @@ run typically makes one or two groups.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -18,23 +17,40 @@ import numpy as np
 
 from kernelwatch.harness.records import Measurement
 from kernelwatch.store import copyframe
+from kernelwatch.store.columns import MEASUREMENTS, Column
 
-_SUMMARY_FLOATS = ("median_ns", "ci_low_ns", "ci_high_ns", "mean_ns", "min_ns", "p10_ns",
-                   "p90_ns", "rel_ci_halfwidth")  # fmt: skip
-_SOL_FLOATS = ("tflops", "gbps", "pct_compute", "pct_memory", "pct_sol")
-_TELEMETRY_FLOATS = ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w")
-_FIXED_COLUMNS = ("id", "run_id", "measured_at", "history", "series_id", "config_id", "n",
-                  *_SUMMARY_FLOATS, *_SOL_FLOATS, *_TELEMETRY_FLOATS, "throttle_reasons",
-                  "other_processes", "telemetry_available", "baseline_median_ns", "speedup",
-                  "duration_s", "sample_count", "throttled_count")  # fmt: skip
-# Text and jsonb columns, last in every row: their values select the row's group.
-_TEXT_COLUMNS = ("stop", "bound", "peak_source", "baseline", "config_source", "status",
-                 "reason", "detail", "extra")  # fmt: skip
-COLUMNS = (*_FIXED_COLUMNS, *_TEXT_COLUMNS)
+# Binary COPY forms of the fixed-width types; timestamptz is given as microseconds since
+# 2000-01-01 UTC.
+_BINARY = {"bigint": ">i8", "integer": ">i4", "double precision": ">f8", "boolean": "?",
+           "timestamp with time zone": ">i8"}  # fmt: skip
+# Variable-width types, last in every row: their values select the row's group.
+_TEXT = {"text": copyframe.text, "jsonb": copyframe.jsonb}
+
+_unframed = [c.name for c in MEASUREMENTS.written if c.type not in (*_BINARY, *_TEXT)]
+if _unframed:
+    raise TypeError(f"measurements columns {_unframed} have a type measurement_rows cannot frame")
+_FIXED = tuple(c for c in MEASUREMENTS.written if c.type in _BINARY)
+_TEXTS = tuple(c for c in MEASUREMENTS.written if c.type in _TEXT)
+COLUMNS = tuple(c.name for c in (*_FIXED, *_TEXTS))
+_FRAMERS = tuple(_TEXT[c.type] for c in _TEXTS)
+
+
+def _by_part(columns: Sequence[Column]) -> dict[str, tuple[list[Column], list[Column]]]:
+    """Read columns by the part of the record they are read from ("" for the record itself):
+    its float8 columns (read together) and its others."""
+    parts: dict[str, tuple[list[Column], list[Column]]] = {}
+    for c in columns:
+        if c.path is not None:
+            floats, others = parts.setdefault(c.path.rpartition(".")[0], ([], []))
+            (floats if _BINARY[c.type] == ">f8" else others).append(c)
+    return parts
+
+
+_FIXED_PARTS = _by_part(_FIXED)
 
 
 class _Missing:
-    """Stands for an absent summary, speed-of-light or telemetry: every field is None."""
+    """Stands for an absent part (summary, speed-of-light, telemetry): every field is None."""
 
     def __getattr__(self, name: str) -> None:
         return None
@@ -43,84 +59,69 @@ class _Missing:
 _MISSING = _Missing()
 
 
-@dataclass(frozen=True)
-class RunColumns:
-    """What the run gives every row, and what ingest resolved per record (parallel to the
-    records)."""
+def rows(records: Sequence[Measurement], given: Mapping[str, Any]) -> bytes:
+    """Binary COPY rows of ``records``, with the fields in ``COLUMNS`` order.
 
-    run_pk: int
-    measured_at_us: int  # microseconds since 2000-01-01 UTC: timestamptz's binary form
-    history: bool
-    ids: np.ndarray
-    series_ids: Sequence[int]
-    config_ids: Sequence[int | None]
-    sample_counts: np.ndarray
-    throttled_counts: np.ndarray
-    extras: Sequence[str | None]  # JSON text of each row's extra, or None
-
-
-def rows(records: Sequence[Measurement], run: RunColumns) -> bytes:
-    """Binary COPY rows of ``records``, with the fields in ``COLUMNS`` order."""
+    ``given`` holds each given column's values (see ``columns.MEASUREMENTS``): an array
+    parallel to the records (no NULLs), a list parallel to the records (None for NULL), or
+    one value for every row."""
     parts = _Parts(records)
-    fixed = _fixed_columns(parts, run)
+    fixed = _fixed_columns(parts, given)
+    texts = list(zip(*[_text_values(c, parts, given) for c in _TEXTS], strict=True))
     parts_out = []
-    for index, text_values in _groups(fixed, _text_columns(parts, run.extras)):
+    for index, text_values in _groups(fixed, texts):
         fields: list[copyframe.Field] = []
         for _, dtype, values, null in fixed:
             if isinstance(values, np.ndarray):
                 fields.append(None if null is not None and null[index[0]] else values[index])
             else:
                 fields.append((dtype, values))
-        fields += [copyframe.text(v) for v in text_values[:-1]]
-        fields.append(copyframe.jsonb(text_values[-1]))
+        fields += [framer(v) for framer, v in zip(_FRAMERS, text_values, strict=True)]
         parts_out.append(copyframe.frame(fields, len(index)))
     return b"".join(parts_out)
 
 
 class _Parts:
-    """The records and their optional parts, with ``_MISSING`` for an absent one."""
+    """The records and their parts that columns are read from, with ``_MISSING`` for an
+    absent one."""
 
     def __init__(self, records: Sequence[Measurement]) -> None:
-        self.records = records
-        self.summaries = [m.summary or _MISSING for m in records]
-        self.sols = [m.sol or _MISSING for m in records]
-        self.telemetry = [m.telemetry or _MISSING for m in records]
+        self._parts: dict[str, list[Any]] = {"": list(records)}
+
+    def __getitem__(self, path: str) -> list[Any]:
+        if path not in self._parts:
+            parent, _, name = path.rpartition(".")
+            # A part is a dataclass (always true) or None.
+            values = map(attrgetter(name), self[parent])
+            self._parts[path] = [v or _MISSING for v in values]
+        return self._parts[path]
 
 
 # name, binary dtype, values (an array, or a constant), NULL mask (None: no NULLs)
 _Column = tuple[str, str, Any, np.ndarray | None]
 
 
-def _fixed_columns(parts: _Parts, run: RunColumns) -> list[_Column]:
-    columns = [
-        ("id", ">i8", run.ids.astype(">i8"), None),
-        ("run_id", ">i8", run.run_pk, None),
-        ("measured_at", ">i8", run.measured_at_us, None),
-        ("history", "?", run.history, None),
-        _column("series_id", ">i4", run.series_ids),
-        _column("config_id", ">i4", run.config_ids),
-        _column("n", ">i4", _get(parts.summaries, "n")),
-        *_floats(parts.summaries, _SUMMARY_FLOATS),
-        *_floats(parts.sols, _SOL_FLOATS),
-        *_floats(parts.telemetry, _TELEMETRY_FLOATS),
-        _column("throttle_reasons", ">i8", _get(parts.telemetry, "throttle_reasons")),
-        _column("other_processes", ">i4", _get(parts.telemetry, "other_processes")),
-        _column("telemetry_available", "?", _get(parts.telemetry, "available")),
-        *_floats(parts.records, ("baseline_median_ns", "speedup", "duration_s")),
-        ("sample_count", ">i4", run.sample_counts.astype(">i4"), None),
-        ("throttled_count", ">i4", run.throttled_counts.astype(">i4"), None),
-    ]
-    assert tuple(name for name, _, _, _ in columns) == _FIXED_COLUMNS
-    return columns
+def _fixed_columns(parts: _Parts, given: Mapping[str, Any]) -> list[_Column]:
+    columns: dict[str, _Column] = {}
+    for part, (floats, others) in _FIXED_PARTS.items():
+        objects = parts[part]
+        columns.update((c[0], c) for c in _floats(objects, floats))
+        for c in others:
+            columns[c.name] = _column(c.name, _BINARY[c.type], _get(objects, _attr(c)))
+    for c in _FIXED:
+        if c.path is None:
+            columns[c.name] = _given(c.name, _BINARY[c.type], given[c.name])
+    return [columns[c.name] for c in _FIXED]
 
 
-def _text_columns(parts: _Parts, extras: Sequence[str | None]) -> list[tuple]:
-    records, summaries, sols = parts.records, parts.summaries, parts.sols
-    return list(zip(
-        _get(summaries, "stop"), _get(sols, "bound"), _get(sols, "peak_source"),
-        _get(records, "baseline"), _get(records, "config_source"), _get(records, "status"),
-        _get(records, "reason"), _get(records, "detail"), extras, strict=True,
-    ))  # fmt: skip
+def _text_values(column: Column, parts: _Parts, given: Mapping[str, Any]) -> Sequence[Any]:
+    if column.path is None:
+        return given[column.name]
+    return _get(parts[column.path.rpartition(".")[0]], _attr(column))
+
+
+def _attr(column: Column) -> str:
+    return column.path.rpartition(".")[2]
 
 
 def _groups(
@@ -145,21 +146,35 @@ def _get(objects: Sequence[Any], name: str) -> list[Any]:
     return list(map(attrgetter(name), objects))
 
 
-def _floats(objects: Sequence[Any], names: Sequence[str]) -> list[_Column]:
+def _floats(objects: Sequence[Any], columns: Sequence[Column]) -> list[_Column]:
     """Several float8 columns of the same objects in one pass: one C-level ``attrgetter`` of
     every name, one numpy conversion (None becomes NaN, then told apart from a real NaN)."""
-    values = list(map(attrgetter(*names), objects))
-    data = np.array(values, dtype=np.float64).reshape(len(objects), len(names))
+    if not columns:
+        return []
+    values = list(map(attrgetter(*map(_attr, columns)), objects))
+    if len(columns) == 1:  # attrgetter of one name gives the value, not a tuple
+        values = [(v,) for v in values]
+    data = np.array(values, dtype=np.float64).reshape(len(objects), len(columns))
     nan = np.isnan(data)
-    columns = []
-    for j, name in enumerate(names):
+    out = []
+    for j, column in enumerate(columns):
         null = None
         if nan[:, j].any():
             null = np.zeros(len(objects), np.bool_)
             rows = np.flatnonzero(nan[:, j])
             null[rows] = [values[i][j] is None for i in rows.tolist()]
-        columns.append((name, ">f8", data[:, j].astype(">f8"), null))
-    return columns
+        out.append((column.name, ">f8", data[:, j].astype(">f8"), null))
+    return out
+
+
+def _given(name: str, dtype: str, values: Any) -> _Column:
+    """A given column: an array parallel to the records (no NULLs), a list parallel to them
+    (None for NULL), or one value for every row."""
+    if isinstance(values, np.ndarray):
+        return name, dtype, values.astype(dtype), None
+    if isinstance(values, list | tuple):
+        return _column(name, dtype, values)
+    return name, dtype, values, None
 
 
 def _column(name: str, dtype: str, values: Sequence[Any]) -> _Column:
