@@ -117,14 +117,21 @@ class JsonRecord:
     A record class declares its kind and its upgrades in its class statement,
     ``class Measurement(JsonRecord, kind="measurement", upgrades=(v1_to_v2,))``: its
     ``UPGRADES[i]`` turns version i+1 into version i+2, so the version it writes is one more
-    than the number of its upgrades.
+    than the number of its upgrades. A subclass that names no kind is the same kind as its
+    parent (a record grown in a test, say) and is not registered for reading.
     """
 
     KIND: ClassVar[str]
     UPGRADES: ClassVar[tuple[Upgrade, ...]]
 
-    def __init_subclass__(cls, *, kind: str, upgrades: Sequence[Upgrade] = (), **kwargs: Any):
+    def __init_subclass__(
+        cls, *, kind: str | None = None, upgrades: Sequence[Upgrade] = (), **kwargs: Any
+    ):
         super().__init_subclass__(**kwargs)
+        if kind is None:
+            if not hasattr(cls, "KIND"):
+                raise TypeError(f"{cls.__name__}: a record class declares kind=...")
+            return
         if kind in _KINDS:
             raise TypeError(f"record kind {kind!r} is declared twice")
         cls.KIND = kind

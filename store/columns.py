@@ -121,11 +121,6 @@ def _dataclass_of(hint: Any) -> type | None:
     return next((o for o in options if is_dataclass(o)), None)
 
 
-# Fields of every record that no column holds.
-_HEADER = {
-    "kind": "not stored: the table is the record's kind",
-    "schema_version": "not stored: a record is read into the current version before ingest",
-}
 _RUN_DEVICE = "the run's device (runs.device_id); kept in extra when it differs"
 _RUN_SOFTWARE = "the run's environment (runs.environment_id); kept in extra when it differs"
 _SAMPLE_FIELDS = ("samples_ns", "baseline_samples_ns", "throttled", "baseline_throttled",
@@ -178,7 +173,6 @@ MEASUREMENTS = Table(
         given("extra", "jsonb"),
     ),
     {
-        **_HEADER,
         **dict.fromkeys(_SAMPLE_FIELDS, "the samples table (store/samples.py)"),
         "device": _RUN_DEVICE,
         "software": _RUN_SOFTWARE,
@@ -210,7 +204,7 @@ CORRECTNESS = Table(
         read("detail", "text"),
         given("extra", "jsonb"),
     ),
-    {**_HEADER, "device": _RUN_DEVICE, "software": _RUN_SOFTWARE},
+    {"device": _RUN_DEVICE, "software": _RUN_SOFTWARE},
 )
 
 BUILDS = Table(
@@ -253,7 +247,7 @@ BUILDS = Table(
         read("detail", "text"),
         given("extra", "jsonb"),
     ),
-    dict(_HEADER),
+    {},
 )
 
 RUNS = Table(
@@ -286,7 +280,7 @@ RUNS = Table(
         given("builds", "integer"),
         given("extra", "jsonb"),
     ),
-    dict(_HEADER),
+    {},
 )
 
 TABLES = (RUNS, MEASUREMENTS, CORRECTNESS, BUILDS)
