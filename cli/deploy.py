@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.app import app
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import fail, stderr
 
 
@@ -28,13 +29,11 @@ def deploy(
 ) -> None:
     """Create or update a scheduled nightly per pool and repository, and on-demand pr_check
     and bisect deployments per pool, on the Prefect server at PREFECT_API_URL."""
-    from kernelwatch.config.database import ConfigError
-    from kernelwatch.config.settings import load
+    from kernelwatch.config.tables import ConfigError
     from kernelwatch.flows import deployments
 
     try:
-        config = load()
-        specs = deployments.plan(config, pool or ())
+        specs = deployments.plan(configuration(), pool or ())
     except ConfigError as exc:
         fail(str(exc), code=2)
     if not specs:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kernelwatch.analysis.static_diff import Finding
-from kernelwatch.analysis.verdict import VerdictConfig
+from kernelwatch.analysis.thresholds import KernelOverride, Thresholds, VerdictConfig
 from kernelwatch.harness.records import CommitInfo, DeviceInfo, SoftwareInfo
 from kernelwatch.report import charts, views
 from kernelwatch.report import format as fmt
@@ -28,7 +28,7 @@ from kernelwatch.store.report_queries import (
 H200 = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)
 SOFTWARE = SoftwareInfo("0.1.0", "3.11.7", "2.13.0", "3.9.0", "13.0", "580.1")
 WHEN = datetime(2026, 6, 1, tzinfo=UTC)
-DEFAULT = VerdictConfig()
+DEFAULT = Thresholds()
 
 
 def _header(sha: str, trigger: str = "pr", device: DeviceInfo = H200) -> RunHeader:
@@ -65,7 +65,7 @@ def _side(header: RunHeader, levels: dict[str, float], seed: int, **row_args) ->
 
 
 def _comparison(
-    slower: int, faster: int = 0, same: int = 0, config: VerdictConfig = DEFAULT
+    slower: int, faster: int = 0, same: int = 0, thresholds: Thresholds = DEFAULT
 ) -> Comparison:
     """Head against base with ``slower`` cases 10 % slower, ``faster`` 10 % faster and
     ``same`` unchanged."""
@@ -73,7 +73,7 @@ def _comparison(
     base = {f"case-{i}": 1000.0 for i in range(len(factors))}
     head = {f"case-{i}": 1000.0 * f for i, f in enumerate(factors)}
     return compare_runs(
-        _side(_header("a" * 40), base, 1), _side(_header("b" * 40), head, 2), config
+        _side(_header("a" * 40), base, 1), _side(_header("b" * 40), head, 2), thresholds
     )
 
 
@@ -83,6 +83,20 @@ def test_compare_runs_gives_each_common_case_a_verdict():
     assert all(x.verdict.ci_low < 1.1 < x.verdict.ci_high for x in c.slower)
     assert c.outcome == 1 and c.problem == "" and c.notes == ()
     assert _comparison(slower=0, faster=2, same=2).outcome == 0
+
+
+def test_a_per_kernel_margin_override_flips_that_kernels_verdicts():
+    wide = {"verdict": {"margin": 0.2}}
+    own = _comparison(
+        slower=2, thresholds=Thresholds(overrides=(KernelOverride(("rms_*",), wide),))
+    )
+    assert [x.verdict_name for x in own.cases] == ["SAME", "SAME"] and own.outcome == 0
+    assert own.notes == (
+        "rms_norm is judged by its own verdict thresholds (margin 0.2; [[thresholds]] in "
+        "kernelwatch.toml)",
+    )
+    other = Thresholds(overrides=(KernelOverride(("softmax",), wide),))
+    assert _comparison(slower=2, thresholds=other).outcome == 1
 
 
 def test_compare_runs_explains_cases_and_comparisons_it_cannot_judge():
@@ -131,7 +145,9 @@ def test_pr_comment_names_each_regressed_case_with_its_ratio_and_ci():
 def thousand() -> Comparison:
     """1,000 slower cases, 200 faster, 300 static regressions (a coarse bootstrap: the
     comment's layout does not depend on its precision)."""
-    c = _comparison(slower=1000, faster=200, config=VerdictConfig(resamples=200))
+    c = _comparison(
+        slower=1000, faster=200, thresholds=Thresholds(verdict=VerdictConfig(resamples=200))
+    )
     return replace(c, static=tuple(_finding(i) for i in range(300)))
 
 
