@@ -30,7 +30,7 @@ def demo_config(repo: Path, suite: str, reports: Path) -> str:
     """The demo's kernelwatch.toml: one repository on the local pool, the interpreter's
     cheap selection, and detection and A/B thresholds for a short history on a CPU."""
     return f"""\
-# Written by `kernelwatch demo`. The keys are documented in docs/FLOWS.md.
+# Written by `kernelwatch demo`. The keys are documented in docs/CONFIG.md.
 [[repositories]]
 name = "kwdemo"
 source = "{repo}"
@@ -45,7 +45,7 @@ baseline = false
 min_samples = 10
 budget_s = 0.2
 
-# A short history cannot reach the fleet's p < 1e-5 (a rank test on 12 nights against 10
+# A short history cannot reach the fleet's default alpha (a rank test on 12 nights against 10
 # bottoms out near 1e-4); docs/FLOWS.md gives these settings' miss and false-alarm rates.
 [detection]
 alpha = 1e-3

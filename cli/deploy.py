@@ -37,7 +37,7 @@ def deploy(
     except ConfigError as exc:
         fail(str(exc), code=2)
     if not specs:
-        fail("no [pools] configured: add one per GPU type (docs/FLOWS.md)", code=2)
+        fail("no [pools] configured: add one per GPU type (docs/CONFIG.md)", code=2)
     for spec in specs:
         when = f"cron {spec.cron} {spec.timezone}" if spec.cron else "on demand"
         typer.echo(f"{spec.flow}/{spec.name} -> work pool {spec.work_pool} ({when})")

@@ -23,6 +23,7 @@ from kernelwatch.harness.records import (
 )
 
 _DEFAULT = BisectThresholds()
+ROUNDS = BisectConfig().max_rounds
 
 
 def _commits(n: int) -> list[str]:
@@ -89,7 +90,8 @@ def test_noisy_flat_history_is_not_reproduced_within_max_rounds():
     history = History(commits, {"gemm": [1.0] * 6}, noise=0.05)
     outcome = bisect(commits, history, budget_s=1e9)
     assert outcome.status == "not_reproduced"
-    assert {c for c, _ in history.calls} == {commits[-1]} and len(history.calls) <= 3
+    assert {c for c, _ in history.calls} == {commits[-1]}
+    assert len(history.calls) <= ROUNDS
 
 
 def test_only_the_cases_slower_at_the_bad_end_are_followed():
@@ -179,12 +181,12 @@ def test_ambiguous_probes_again_with_more_samples_then_resolves():
 
 def test_still_ambiguous_after_max_rounds_is_inconclusive():
     commits = _commits(9)
-    table = {(4, r): AMBIGUOUS for r in range(3)}
+    table = {(4, r): AMBIGUOUS for r in range(ROUNDS)}
     outcome = bisect(commits, Script(commits, culprit=3, table=table), budget_s=100)
     assert outcome.status == "inconclusive" and outcome.culprit is None
-    assert "stayed AMBIGUOUS after 3 rounds" in outcome.reason
+    assert f"stayed AMBIGUOUS after {ROUNDS} rounds" in outcome.reason
     assert outcome.range == (commits[1], commits[8])
-    assert len(outcome.steps) == 4
+    assert len(outcome.steps) == 1 + ROUNDS  # the bad end, then every round of commit 4
 
 
 def test_an_ambiguous_bad_end_gets_more_samples_before_it_counts():
