@@ -36,11 +36,14 @@ that this page is current. -->
 One file, named by `KERNELWATCH_CONFIG` (default `./kernelwatch.toml`; without it every
 default below applies). `config/settings.py` reads it once and parses every table; the
 environment overrides `[database]`. Unknown tables and keys, wrong types and values a record
-rejects are errors that name the file and the key, and every command exits 2 on them.
+rejects are errors that name the file and the key; a command that reads the file exits 2 on
+them.
 
-Every number that decides whether something is a regression is here, declared once in
-`analysis/thresholds.py` (or `config/settings.py` for how bisection runs); other pages
-point at this one rather than restating a default. Who reads which thresholds:
+The thresholds that decide whether something is a regression are here, declared once in
+`analysis/thresholds.py` (how bisection runs: `config/settings.py`); other pages point at
+this one rather than restating a default. What stays in code are the method's fixed
+constants (how far apart two change points must be to be two changes, the slack of a
+culprit range, the tail trimming; docs/DETECTION.md). Who reads which thresholds:
 
 - `[detection]`, change points in nightly history: the nightly flow, `kernelwatch
   regressions update`, `kernelwatch detect`;
