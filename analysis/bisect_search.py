@@ -13,13 +13,13 @@ The search, like ``git bisect`` with A/B verdicts in place of a test script:
 2. **Judge a commit** from its verdicts on those cases. The regression's size in case ``c``
    is its ratio ``R_c`` at the bad end; the commit is *bad* when some case is SLOWER with
    the lower end of its ratio interval at or above ``1 + bad_fraction * (R_c - 1)``: it
-   carries at least that share of the slowdown (by default half), so a smaller, separate
-   slowdown elsewhere in the range is not mistaken for the culprit. It is *good* when every
-   case is SAME or FASTER, or its whole interval lies below that mark; otherwise it is
-   *ambiguous* and is probed again with more samples, up to ``max_rounds`` probes, after which
-   the search stops ``inconclusive``. A commit whose probe could not measure a case
-   (crash, hang, NaN, the case missing) is *skipped*, as ``git bisect skip`` does: the next
-   probe takes the untested commit nearest the middle of the range instead.
+   carries at least that share of the slowdown (``BisectThresholds``, per case), so a
+   smaller, separate slowdown elsewhere in the range is not mistaken for the culprit. It is
+   *good* when every case is SAME or FASTER, or its whole interval lies below that mark;
+   otherwise it is *ambiguous* and is probed again with more samples, up to ``max_rounds``
+   probes, after which the search stops ``inconclusive``. A commit whose probe could not
+   measure a case (crash, hang, NaN, the case missing) is *skipped*, as ``git bisect skip``
+   does: the next probe takes the untested commit nearest the middle of the range instead.
 3. **Budget.** Before each probe the cost is estimated from the probes of the same round so
    far (a round not seen yet: ``growth`` times the round before); when it would take the
    total past ``budget_s`` the search stops ``budget_exhausted`` with the range narrowed so far.
@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kernelwatch.analysis.thresholds import BisectThresholds
 from kernelwatch.analysis.verdict import ABVerdict
 
 Judgement = Literal["good", "bad", "ambiguous", "skip"]
@@ -43,21 +44,24 @@ Status = Literal["found", "not_reproduced", "inconclusive", "budget_exhausted"]
 
 @dataclass(frozen=True)
 class BisectConfig:
-    """``max_rounds``: probes of one commit (round 0, then with more samples) before an
-    ambiguous commit stops the search. ``bad_fraction``: the share of the regression (per
-    case, of ``ratio - 1`` at the bad end) a commit must carry to count as bad; 0 makes any
-    SLOWER verdict bad. ``growth``: the expected cost of a round over the round before, used
-    for the budget until a probe of that round has been seen."""
+    """How the search spends its probes. ``max_rounds``: probes of one commit (round 0, then
+    with more samples) before an ambiguous commit stops the search. ``growth``: the expected
+    cost of a round over the round before, used for the budget until a probe of that round
+    has been seen. What makes a commit bad is a threshold: :class:`BisectThresholds`."""
 
     max_rounds: int = 3
-    bad_fraction: float = 0.5
     growth: float = 2.0
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
             raise ValueError("max_rounds must be at least 1")
-        if not 0.0 <= self.bad_fraction < 1.0:
-            raise ValueError("bad_fraction must be in [0, 1)")
+
+
+_CONFIG = BisectConfig()
+
+
+def _same_for_every_case(case: str) -> BisectThresholds:
+    return BisectThresholds()
 
 
 @dataclass(frozen=True)
@@ -120,16 +124,17 @@ def bisect(
     commits: Sequence[str],
     probe: Callable[[str, int], Probe],
     budget_s: float,
-    config: BisectConfig = BisectConfig(),
+    config: BisectConfig = _CONFIG,
+    case_thresholds: Callable[[str], BisectThresholds] = _same_for_every_case,
 ) -> BisectOutcome:
     """Find the first commit of ``commits`` (oldest first: the known-good commit, the
     commits after it, the bad commit) that carries the regression; see the module docstring
-    for the rules."""
+    for the rules. ``case_thresholds`` gives each case (named as in the probes) its own."""
     if len(commits) < 2:
         raise ValueError("bisect needs at least the good and the bad commit")
     if len(set(commits)) != len(commits):
         raise ValueError("the commit list names a commit twice")
-    return _Search(commits, probe, budget_s, config).run()
+    return _Search(commits, probe, budget_s, config, case_thresholds).run()
 
 
 def judge(probe: Probe, thresholds: Mapping[str, float]) -> Judgement:
@@ -160,10 +165,12 @@ def judge_bad_end(probe: Probe) -> Judgement:
     return "ambiguous" if "AMBIGUOUS" in names else "good"
 
 
-def thresholds_from(probe: Probe, bad_fraction: float) -> dict[str, float]:
+def thresholds_from(
+    probe: Probe, case_thresholds: Callable[[str], BisectThresholds]
+) -> dict[str, float]:
     """Per SLOWER case of the bad end's probe, the ratio mark of :func:`judge`."""
     return {
-        case: 1.0 + bad_fraction * (v.ratio - 1.0)
+        case: 1.0 + case_thresholds(case).bad_fraction * (v.ratio - 1.0)
         for case, v in probe.verdicts.items()
         if v.verdict == "SLOWER"
     }
@@ -178,11 +185,13 @@ class _Search:
         probe: Callable[[str, int], Probe],
         budget_s: float,
         config: BisectConfig,
+        case_thresholds: Callable[[str], BisectThresholds],
     ) -> None:
         self.commits = list(commits)
         self.probe = probe
         self.budget_s = budget_s
         self.config = config
+        self.case_thresholds = case_thresholds
         self.steps: list[Step] = []
         self.spent = 0.0
         self.last: Probe | None = None
@@ -199,7 +208,7 @@ class _Search:
             why = "stayed AMBIGUOUS" if verdict == "ambiguous" else "is not SLOWER"
             return self._end("not_reproduced", good, bad, f"the bad commit {why} in any case")
         assert self.last is not None
-        thresholds = thresholds_from(self.last, self.config.bad_fraction)
+        thresholds = thresholds_from(self.last, self.case_thresholds)
         self.cases = tuple(sorted(thresholds))
         skipped: set[int] = set()
         while untested := [i for i in range(good + 1, bad) if i not in skipped]:

@@ -31,28 +31,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from kernelwatch.analysis.confirm import Confirmation, Floors, confirm_shift, cycles
 from kernelwatch.analysis.noise import relative_noise
+from kernelwatch.analysis.thresholds import DetectorConfig
 
 Cause = Literal["code", "environment", "unknown"]
 Direction = Literal["regression", "improvement"]
-
-
-@dataclass(frozen=True)
-class DetectorConfig:
-    """Thresholds of the detector; the defaults are the tuned ones of docs/DETECTION.md.
-
-    ``alpha``: the rank test's p-value cut. ``min_size``: points a regime needs on each side
-    of a change. ``window``: most points either side used by the scan and the test.
-    ``min_magnitude``: relative shift below which nothing is reported; ``noise_factor`` raises
-    it to that multiple of the series' own noise. ``min_effect``: Cliff's delta floor.
-    """
-
-    alpha: float = 1e-5
-    min_size: int = 6
-    window: int = 30
-    min_magnitude: float = 0.005
-    noise_factor: float = 0.5
-    min_effect: float = 0.3
-    lower_is_better: bool = True
+_DEFAULT = DetectorConfig()
 
 
 @dataclass(frozen=True)
@@ -82,7 +65,7 @@ class Detection:
 
 def detect(
     y: np.ndarray | list[float],
-    config: DetectorConfig = DetectorConfig(),
+    config: DetectorConfig = _DEFAULT,
     clock_mhz: np.ndarray | list[float] | None = None,
 ) -> Detection:
     """Change points of one series of positive times in commit order.
@@ -264,7 +247,7 @@ class History:
     points far enough behind the newest point that no later point can move them.
     """
 
-    config: DetectorConfig = DetectorConfig()
+    config: DetectorConfig = _DEFAULT
     offset: int = 0
     tail: tuple[float, ...] = ()
     tail_clocks: tuple[float, ...] | None = None

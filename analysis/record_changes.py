@@ -14,14 +14,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from kernelwatch.analysis.changepoints import (
-    ChangePoint,
-    Detection,
-    DetectorConfig,
-    detect,
-    neighbour_bounds,
-)
+from kernelwatch.analysis.changepoints import ChangePoint, Detection, detect, neighbour_bounds
 from kernelwatch.analysis.confirm import Floors, SampledRun, confirm_on_samples, counted_samples
+from kernelwatch.analysis.thresholds import DetectorConfig
 
 _DEFAULT = DetectorConfig()
 

@@ -4,8 +4,9 @@ Builds are matched by (kernel, function, dtype, config, case, arch). For each pa
 are: new or more spill bytes; a tensor-core class downgrade (``TENSOR_CORE_RANK``); registers
 crossing an occupancy boundary for the block size (fewer resident blocks per SM); shared
 memory newly over the target's per-block limit; a build that no longer compiles; the
-instruction count up by more than a set fraction; and global loads narrowed (lost
-vectorisation). Each :class:`Finding` names the build and says before -> after.
+instruction count up by more than ``StaticThresholds.max_instruction_growth`` (per kernel,
+``analysis/thresholds.py``); and global loads narrowed (lost vectorisation). Each
+:class:`Finding` names the build and says before -> after.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kernelwatch.analysis.thresholds import StaticThresholds, Thresholds
 from kernelwatch.harness.build.archs import ARCHS, Arch
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics
 
-#: Instruction growth (a fraction of the base count) above which a build is flagged.
-DEFAULT_MAX_INSTRUCTION_GROWTH = 0.10
+_THRESHOLDS = Thresholds()
+_STATIC = StaticThresholds()
 
 RULES = (
     "no_longer_compiles",
@@ -73,9 +75,10 @@ def resident_blocks(registers: int, num_warps: int, arch: Arch) -> int:
 def diff_builds(
     base: Iterable[BuildMetrics],
     head: Iterable[BuildMetrics],
-    max_instruction_growth: float = DEFAULT_MAX_INSTRUCTION_GROWTH,
+    thresholds: Thresholds = _THRESHOLDS,
 ) -> list[Finding]:
-    """Every static regression from ``base`` to ``head``, in ``head``'s order.
+    """Every static regression from ``base`` to ``head``, in ``head``'s order, each build
+    judged by its kernel's thresholds.
 
     A build only in ``base`` counts as no longer compiling when ``head`` has an error for the
     same kernel and arch (its launches could not even be recorded); otherwise it was removed
@@ -89,7 +92,7 @@ def diff_builds(
     for after in head:
         before = base_by_key.get(build_key(after))
         if before is not None:
-            findings += compare(before, after, max_instruction_growth)
+            findings += compare(before, after, thresholds.for_kernel(after.kernel).static)
     for key, before in base_by_key.items():
         lost = failed.get((before.kernel, before.arch))
         if key not in head_keys and before.status == "ok" and lost is not None:
@@ -98,18 +101,16 @@ def diff_builds(
 
 
 def compare(
-    before: BuildMetrics,
-    after: BuildMetrics,
-    max_instruction_growth: float = DEFAULT_MAX_INSTRUCTION_GROWTH,
+    before: BuildMetrics, after: BuildMetrics, rules: StaticThresholds = _STATIC
 ) -> list[Finding]:
     """The static regressions of one build from ``before`` to ``after``."""
     if before.status != "ok":
         return []
     if after.status != "ok":
         return [_finding("no_longer_compiles", after, "ok", "error", after.reason)]
-    rules = (_spills, _tensor_core, _occupancy, _shared_memory, _load_width)
-    findings = [f for rule in rules if (f := rule(before, after)) is not None]
-    grown = _instructions(before, after, max_instruction_growth)
+    checks = (_spills, _tensor_core, _occupancy, _shared_memory, _load_width)
+    findings = [f for check in checks if (f := check(before, after)) is not None]
+    grown = _instructions(before, after, rules.max_instruction_growth)
     return findings + ([grown] if grown is not None else [])
 
 

@@ -17,26 +17,14 @@ from typing import Literal
 import numpy as np
 
 from kernelwatch.analysis.confirm import counted_samples, rank_test
+from kernelwatch.analysis.thresholds import VerdictConfig
 from kernelwatch.harness.records import Measurement
 
 ABVerdictName = Literal["SAME", "FASTER", "SLOWER", "AMBIGUOUS"]
 
 # Beyond this many times the current samples an experiment is not worth proposing.
 _MAX_GROWTH = 100
-
-
-@dataclass(frozen=True)
-class VerdictConfig:
-    """``margin``: relative change below which two runs count as the same. ``alpha``: the
-    rank test's cut (Pinpoint's 0.001). ``resamples``/``seed``: the bootstrap, seeded so a
-    verdict is reproducible."""
-
-    margin: float = 0.01
-    alpha: float = 1e-3
-    confidence: float = 0.95
-    resamples: int = 2000
-    seed: int = 0
-    lower_is_better: bool = True
+_DEFAULT = VerdictConfig()
 
 
 @dataclass(frozen=True)
@@ -64,7 +52,7 @@ class ABVerdict:
 def compare(
     a_ns: np.ndarray | list[float],
     b_ns: np.ndarray | list[float],
-    config: VerdictConfig = VerdictConfig(),
+    config: VerdictConfig = _DEFAULT,
     a_clock_mhz: np.ndarray | list[float] | None = None,
     b_clock_mhz: np.ndarray | list[float] | None = None,
 ) -> ABVerdict:
@@ -84,7 +72,7 @@ def compare(
 
 
 def compare_measurements(
-    a: Measurement, b: Measurement, config: VerdictConfig = VerdictConfig()
+    a: Measurement, b: Measurement, config: VerdictConfig = _DEFAULT
 ) -> ABVerdict:
     """``compare`` on two measurement records, leaving out samples flagged as throttled;
     cycle space is used when both records carry a clock per sample."""

@@ -21,11 +21,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelwatch.analysis.static_diff import (
-    DEFAULT_MAX_INSTRUCTION_GROWTH,
-    Finding,
-    diff_builds,
-)
+from kernelwatch.analysis.static_diff import Finding, diff_builds
+from kernelwatch.analysis.thresholds import StaticThresholds, Thresholds
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import (
     DtypesOption,
@@ -35,6 +32,7 @@ from kernelwatch.cli.arguments import (
     SuiteOption,
     WorkloadOption,
 )
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import fail, progress, stderr
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS, parse_archs
 from kernelwatch.harness.build.cache import default_cache_dir
@@ -106,8 +104,14 @@ def build_diff(
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
     max_instruction_growth: Annotated[
-        float, typer.Option(help="Flag instruction counts up by more than this fraction.")
-    ] = DEFAULT_MAX_INSTRUCTION_GROWTH,
+        float | None,
+        typer.Option(
+            help="Flag instruction counts up by more than this fraction, for every kernel "
+            "(default: max_instruction_growth from kernelwatch.toml, per kernel; "
+            f"{StaticThresholds().max_instruction_growth:g} without a file).",
+            show_default=False,
+        ),
+    ] = None,
     workers: WorkersOption = _WORKERS,
     no_cache: NoCacheOption = False,
     json_lines: JsonOption = False,
@@ -118,10 +122,17 @@ def build_diff(
 
     Exit 0 when none, 1 when any regression, 2 on bad input.
     """
+    thresholds = configuration().thresholds
+    if max_instruction_growth is not None:
+        try:
+            rules = StaticThresholds(max_instruction_growth=max_instruction_growth)
+        except ValueError as exc:
+            fail(f"--max-instruction-growth: {exc}", code=2)
+        thresholds = Thresholds(static=rules)
     request = _request(arch, kernel, dtype, workload, workers, no_cache)
     before = _build_rev(request, suite, repo, base, "base")
     after = _build_rev(request, suite, repo, head, "head", fatal_code=1)
-    findings = diff_builds(before.records, after.records, max_instruction_growth)
+    findings = diff_builds(before.records, after.records, thresholds)
     if json_lines:
         for finding in findings:
             sys.stdout.write(json.dumps(finding.to_json(), sort_keys=True) + "\n")

@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.app import app
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import fail, progress, stderr
 from kernelwatch.cli.localrun import prepare_prefect, print_nightly
 
@@ -29,7 +30,7 @@ def demo_config(repo: Path, suite: str, reports: Path) -> str:
     """The demo's kernelwatch.toml: one repository on the local pool, the interpreter's
     cheap selection, and detection and A/B thresholds for a short history on a CPU."""
     return f"""\
-# Written by `kernelwatch demo`. The keys are documented in docs/FLOWS.md.
+# Written by `kernelwatch demo`. The keys are documented in docs/CONFIG.md.
 [[repositories]]
 name = "kwdemo"
 source = "{repo}"
@@ -44,7 +45,7 @@ baseline = false
 min_samples = 10
 budget_s = 0.2
 
-# A short history cannot reach the fleet's p < 1e-5 (a rank test on 12 nights against 10
+# A short history cannot reach the fleet's default alpha (a rank test on 12 nights against 10
 # bottoms out near 1e-4); docs/FLOWS.md gives these settings' miss and false-alarm rates.
 [detection]
 alpha = 1e-3
@@ -73,7 +74,8 @@ def demo(
     detect it, bisect it, and name the culprit. Exit 0 when bisection named the planted
     commit, 1 otherwise."""
     prepare_prefect()
-    from kernelwatch.config.database import CONFIG_ENV, URL_ENV, load_config
+    from kernelwatch.config.database import URL_ENV
+    from kernelwatch.config.settings import CONFIG_ENV
     from kernelwatch.flows.demo_repo import make_demo_repo
     from kernelwatch.flows.nightly import nightly
     from kernelwatch.store import migrate
@@ -87,7 +89,7 @@ def demo(
     made = make_demo_repo(root / "repo", nights=nights, culprit_night=culprit_night)
     config_path = root / "kernelwatch.toml"
     config_path.write_text(demo_config(made.path, made.suite, root / "reports"))
-    server = EmbeddedServer(load_config().pg_dir)
+    server = EmbeddedServer(configuration().database.pg_dir)
     try:
         server.ensure_running()
         url = server.recreate_database(DEMO_DATABASE)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.app import app
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import fail, stderr
 
 
@@ -28,17 +29,15 @@ def deploy(
 ) -> None:
     """Create or update a scheduled nightly per pool and repository, and on-demand pr_check
     and bisect deployments per pool, on the Prefect server at PREFECT_API_URL."""
-    from kernelwatch.config.database import ConfigError
-    from kernelwatch.config.settings import load
+    from kernelwatch.config.tables import ConfigError
     from kernelwatch.flows import deployments
 
     try:
-        config = load()
-        specs = deployments.plan(config, pool or ())
+        specs = deployments.plan(configuration(), pool or ())
     except ConfigError as exc:
         fail(str(exc), code=2)
     if not specs:
-        fail("no [pools] configured: add one per GPU type (docs/FLOWS.md)", code=2)
+        fail("no [pools] configured: add one per GPU type (docs/CONFIG.md)", code=2)
     for spec in specs:
         when = f"cron {spec.cron} {spec.timezone}" if spec.cron else "on demand"
         typer.echo(f"{spec.flow}/{spec.name} -> work pool {spec.work_pool} ({when})")

@@ -1,7 +1,9 @@
 """``kernelwatch detect FILE.jsonl``: change points in series given as JSON lines.
 
 Each line is one series: ``{"id": ..., "y": [numbers], "t"?: [...], "rev"?: [...],
-"lower_is_better"?: bool}``, ``y`` in commit order (times by default, so lower is better).
+"lower_is_better"?: bool, "kernel"?: str}``, ``y`` in commit order (times by default, so
+lower is better). The thresholds are kernelwatch.toml's ``[detection]``; a line that names
+its ``kernel`` gets that kernel's ``[[thresholds]]`` override, as the nightly's series do.
 The whole file is validated before anything is printed, so output is never half a file.
 """
 
@@ -18,9 +20,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelwatch.analysis.changepoints import Detection, DetectorConfig, detect
+from kernelwatch.analysis.changepoints import Detection, detect
+from kernelwatch.analysis.thresholds import DetectorConfig, Thresholds
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import JsonOption
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import fail, progress, stderr
 
 
@@ -34,6 +38,21 @@ class SeriesInput:
     t: list[Any] | None
     rev: list[Any] | None
     lower_is_better: bool
+    kernel: str | None
+
+    def config(self, thresholds: Thresholds) -> DetectorConfig:
+        """The detector settings for this series: its kernel's, or the defaults."""
+        own = thresholds.for_kernel(self.kernel) if self.kernel is not None else thresholds
+        return replace(own.detection, lower_is_better=self.lower_is_better)
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    """A series, the settings it was judged by, and the verdict."""
+
+    series: SeriesInput
+    config: DetectorConfig
+    found: Detection
 
 
 @app.command("detect")
@@ -46,30 +65,30 @@ def detect_command(
 ) -> None:
     """Find change points in each series: where the level moved, which way, by how much.
 
-    A series shorter than two regimes is reported as too_short, not as unchanged. Exit 0,
-    or 1 with --fail-on-regression when a regression was found; 2 on bad input.
+    A series shorter than two regimes is reported as too_short, not as unchanged. The
+    thresholds are kernelwatch.toml's [detection] (per kernel: [[thresholds]]). Exit 0, or 1
+    with --fail-on-regression when a regression was found; 2 on bad input.
     """
+    thresholds = configuration().thresholds
     series = _read(file)
-    results: list[tuple[SeriesInput, Detection]] = []
+    results: list[SeriesResult] = []
     with progress() as bar_ui:
         bar = bar_ui.add_task("detecting", total=len(series))
         for s in series:
-            config = replace(DetectorConfig(), lower_is_better=s.lower_is_better)
-            results.append((s, detect(s.y, config)))
+            config = s.config(thresholds)
+            results.append(SeriesResult(s, config, detect(s.y, config)))
             bar_ui.update(bar, advance=1)
     if json_out:
-        for s, found in results:
-            sys.stdout.write(json.dumps(_to_json(s, found)) + "\n")
+        for result in results:
+            sys.stdout.write(json.dumps(_to_json(result)) + "\n")
     else:
         _print_table(results)
-    regressions = sum(
-        cp.direction == "regression" for _, found in results for cp in found.change_points
-    )
-    too_short = sum(found.status == "too_short" for _, found in results)
+    points = [cp for r in results for cp in r.found.change_points]
+    regressions = sum(cp.direction == "regression" for cp in points)
+    too_short = sum(r.found.status == "too_short" for r in results)
     stderr.print(
         f"detect: {len(results)} series, {regressions} regressions, "
-        f"{sum(len(f.change_points) for _, f in results) - regressions} improvements, "
-        f"{too_short} too short to judge"
+        f"{len(points) - regressions} improvements, {too_short} too short to judge"
     )
     if fail_on_regression and regressions:
         raise typer.Exit(1)
@@ -114,10 +133,14 @@ def _parse(line: int, raw: str) -> SeriesInput:
     lower = data.get("lower_is_better", True)
     if not isinstance(lower, bool):
         fail(f"{where}: 'lower_is_better' must be true or false", code=2)
-    return SeriesInput(line, data.get("id", line), y, data.get("t"), data.get("rev"), lower)
+    kernel = data.get("kernel")
+    if kernel is not None and not isinstance(kernel, str):
+        fail(f"{where}: 'kernel' must be a string (the kernel's name)", code=2)
+    return SeriesInput(line, data.get("id", line), y, data.get("t"), data.get("rev"), lower, kernel)
 
 
-def _to_json(s: SeriesInput, found: Detection) -> dict[str, Any]:
+def _to_json(result: SeriesResult) -> dict[str, Any]:
+    s, found = result.series, result.found
     points = []
     for cp in found.change_points:
         point: dict[str, Any] = {
@@ -133,21 +156,22 @@ def _to_json(s: SeriesInput, found: Detection) -> dict[str, Any]:
         points.append(point)
     out: dict[str, Any] = {"id": s.id, "status": found.status, "n": found.n}
     if found.status == "too_short":
-        out["needs"] = 2 * DetectorConfig().min_size
+        out["needs"] = 2 * result.config.min_size
     else:
         out["noise_pct"] = round(found.noise_pct, 4)
     out["change_points"] = points
     return out
 
 
-def _print_table(results: list[tuple[SeriesInput, Detection]]) -> None:
+def _print_table(results: list[SeriesResult]) -> None:
     out = Console() if sys.stdout.isatty() else Console(width=160)
     table = Table(title="change points")
     for column in ("series", "points", "noise", "status", "change points"):
         table.add_column(column, overflow="fold")
-    for s, found in results:
+    for result in results:
+        s, found = result.series, result.found
         if found.status == "too_short":
-            status = f"[yellow]too short[/yellow] (needs {2 * DetectorConfig().min_size})"
+            status = f"[yellow]too short[/yellow] (needs {2 * result.config.min_size})"
             noise = "-"
         else:
             status = "[green]no change[/green]" if not found.change_points else "changed"

@@ -44,7 +44,7 @@ def prepare_prefect() -> None:
 def _failures() -> Iterator[None]:
     """Turn the errors a person can fix into one line and an exit code: configuration,
     revisions and selections 2, an unreachable store 1."""
-    from kernelwatch.config.database import ConfigError
+    from kernelwatch.config.tables import ConfigError
     from kernelwatch.flows.repos import InfrastructureError
     from kernelwatch.harness.worktree import RevisionError
     from kernelwatch.store.connect import SchemaMismatch, StoreUnavailable

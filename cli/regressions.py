@@ -14,6 +14,7 @@ from rich.table import Table
 
 from kernelwatch.analysis.triage_rules import ALLOWED, CLOSED, TriageError
 from kernelwatch.cli.arguments import JsonOption
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
 from kernelwatch.cli.console import fail
 from kernelwatch.flows.detection import detect_and_alert
@@ -87,9 +88,11 @@ def update(
     repository: Annotated[str, typer.Option(help="The repository whose history to scan.")],
 ) -> None:
     """Run change-point detection over a repository's stored history: store new change
-    points, open one regression per culprit range, close those whose series recovered."""
-    with open_store() as conn:
-        report = detect_and_alert(conn, repository)
+    points, open one regression per culprit range, close those whose series recovered. The
+    thresholds are kernelwatch.toml's ([detection], per-kernel [[thresholds]])."""
+    config = configuration()
+    with open_store(config.database) as conn:
+        report = detect_and_alert(conn, repository, config.thresholds)
     typer.echo(
         f"detection: {report.series} series ({report.too_short} too short to judge), "
         f"{report.change_points} new change point(s), {len(report.opened)} regression(s) "

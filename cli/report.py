@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.app import app
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
 from kernelwatch.cli.console import fail
-from kernelwatch.config import settings as flow_config
-from kernelwatch.config.database import ConfigError
+from kernelwatch.report.compare import comparison_from_runs
 from kernelwatch.report.html import write_compare_report, write_nightly_report, write_run_report
 from kernelwatch.report.repro import repository_sources
 from kernelwatch.store.report_queries import RunNotFound, repositories, resolve_run
@@ -54,20 +54,18 @@ def report(
         fail("choose one of --run ID, --nightly or --compare BASE HEAD", code=2)
     if repository is not None and not nightly:
         fail("--repository goes with --nightly", code=2)
-    try:
-        settings = flow_config.load()
-    except ConfigError as exc:
-        fail(str(exc), code=2)
+    settings = configuration()
     sources = repository_sources(settings)
     folder = out if out is not None else Path(settings.run.report_dir)
-    with open_store() as conn:
+    with open_store(settings.database) as conn:
         try:
             if run is not None:
                 path = write_run_report(conn, resolve_run(conn, run), folder, sources=sources)
             elif compare is not None:
                 head = resolve_run(conn, compare[1])
                 base = resolve_run(conn, compare[0], near=head)
-                path = write_compare_report(conn, base, head, folder, sources=sources)
+                comparison = comparison_from_runs(conn, base, head, settings.thresholds)
+                path = write_compare_report(conn, comparison, folder, sources=sources)
             else:
                 name = repository or _only_repository(repositories(conn))
                 path = write_nightly_report(conn, name, folder, sources=sources)

@@ -20,7 +20,8 @@ from prefect import flow
 
 from kernelwatch.analysis.bisect_search import BisectConfig, BisectOutcome, Probe
 from kernelwatch.analysis.bisect_search import bisect as search
-from kernelwatch.analysis.verdict import ABVerdict, VerdictConfig, compare_measurements
+from kernelwatch.analysis.thresholds import Thresholds
+from kernelwatch.analysis.verdict import ABVerdict, compare_measurements
 from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
 from kernelwatch.flows.repos import commit_info, commits_between
@@ -85,10 +86,11 @@ def case_label(case: CaseId) -> str:
 
 
 def probe_result(
-    pairs: Sequence[ABMeasurement], cases: set[CaseKey] | None, config: VerdictConfig
+    pairs: Sequence[ABMeasurement], cases: set[CaseKey] | None, thresholds: Thresholds
 ) -> Probe:
-    """One probe's verdict per bisected case (``cases``; None: all), by case label, and the
-    cases that could not be compared (crash, hang, NaN) with their reason."""
+    """One probe's verdict per bisected case (``cases``; None: all), by case label, each
+    with its kernel's verdict thresholds, and the cases that could not be compared (crash,
+    hang, NaN) with their reason."""
     found: dict[str, ABVerdict] = {}
     errors: dict[str, str] = {}
     for pair in pairs:
@@ -96,7 +98,8 @@ def probe_result(
             continue
         label = case_label(pair.case)
         if pair.status == "ok" and pair.base is not None and pair.head is not None:
-            found[label] = compare_measurements(pair.base, pair.head, config)
+            verdict = thresholds.for_kernel(pair.case.kernel).verdict
+            found[label] = compare_measurements(pair.base, pair.head, verdict)
         elif pair.status == "error":
             errors[label] = pair.reason
     return Probe(found, sum(p.duration_s for p in pairs), errors=errors)
@@ -135,6 +138,7 @@ def bisect(
     timeout = config.run.case_timeout_s
     devices: list[DeviceInfo] = []
     series: dict[str, str] = {}
+    kernel_of: dict[str, str] = {}
 
     with checkout(path, commits[0]) as good_tree:
 
@@ -150,13 +154,15 @@ def bisect(
             for pair in pairs:
                 key = series_key(repo.name, pair.case, pair.device.name, pair.method)
                 series[case_label(pair.case)] = key
-            return probe_result(pairs, cases, config.verdict)
+                kernel_of[case_label(pair.case)] = pair.case.kernel
+            return probe_result(pairs, cases, config.thresholds)
 
         outcome = search(
             commits,
             probe,
             config.bisect.budget_s,
             BisectConfig(max_rounds=config.bisect.max_rounds),
+            lambda label: config.thresholds.for_kernel(kernel_of[label]).bisect,
         )
     if devices:
         with tasks.store_connection() as conn:

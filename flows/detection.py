@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
-from kernelwatch.analysis.changepoints import ChangePoint, DetectorConfig
+from kernelwatch.analysis.changepoints import ChangePoint
 from kernelwatch.analysis.confirm import counted_samples
 from kernelwatch.analysis.grouping import Alert, Regression, group, place
 from kernelwatch.analysis.record_changes import detect_measurements
+from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.triage_rules import Triage, auto_close, recovery_index
 from kernelwatch.store.findings import (
     NewChangePoint,
@@ -36,7 +37,6 @@ ACTOR = "kernelwatch"
 #: A change found within this many points of a stored one is the same change, located again
 #: with more data after it: it is not a new alert.
 SAME_CHANGE_POINTS = 3
-_DEFAULT = DetectorConfig()
 
 
 @dataclass(frozen=True)
@@ -86,18 +86,18 @@ def plan(
     histories: Sequence[StoredSeries],
     stored: dict[int, set[int]],
     members: Sequence[OpenMember],
-    config: DetectorConfig = _DEFAULT,
+    thresholds: Thresholds,
 ) -> Plan:
     """Decide a pass from stored history: new change points (not within
-    ``SAME_CHANGE_POINTS`` of a stored one), their grouping into alerts (regressions only;
-    improvements are kept as change points), and the open regressions whose every series
-    recovered."""
+    ``SAME_CHANGE_POINTS`` of a stored one; each series judged by its kernel's detection
+    thresholds), their grouping into alerts (regressions only; improvements are kept as
+    change points), and the open regressions whose every series recovered."""
     order = _commit_order(histories)
     found: list[Found] = []
     detections: dict[int, tuple[StoredSeries, tuple[ChangePoint, ...]]] = {}
     too_short = 0
     for series in histories:
-        detection = detect_measurements(series.runs, config)
+        detection = detect_measurements(series.runs, thresholds.for_kernel(series.kernel).detection)
         if detection.status == "too_short":
             too_short += 1
             continue
@@ -113,16 +113,17 @@ def plan(
 
 
 def detect_and_alert(
-    conn: psycopg.Connection, repository: str, config: DetectorConfig = _DEFAULT
+    conn: psycopg.Connection, repository: str, thresholds: Thresholds
 ) -> PassReport:
-    """Run one detection pass over a repository's stored history and write its outcome."""
+    """Run one detection pass over a repository's stored history and write its outcome,
+    with the configured ``thresholds`` (``kernelwatch.toml``)."""
     repo_id = repository_id(conn, repository)
     if repo_id is None:
         return PassReport(0, 0, 0, (), ())
     with conn.transaction(), conn.cursor() as cur:
         histories = load_histories(conn, repo_id)
         stored = stored_change_points(cur, repo_id, DETECTOR)
-        decided = plan(histories, stored, open_members(cur, repo_id), config)
+        decided = plan(histories, stored, open_members(cur, repo_id), thresholds)
         ids = insert_change_points(cur, DETECTOR, [f.point for f in decided.found])
         opened = [
             open_regression(cur, repo_id, _regression(draft, ids), ACTOR)

@@ -72,7 +72,7 @@ def nightly(
     sha = resolve(path, rev or repo.branch)
     context = RunContext("nightly", repo.name, pool, tasks.flow_run_id())
     outcome = run_commit(config, repo, path, sha, context)
-    found = tasks.detect(repo.name, config.detection)
+    found = tasks.detect(repo.name, config.thresholds)
     bisections: list[BisectSummary] = []
     problems: list[str] = []
     if config.bisect.auto:

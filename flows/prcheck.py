@@ -91,16 +91,9 @@ def pr_check(
             )
     with tasks.store_connection() as conn:
         comparison = comparison_from_runs(
-            conn, run_a.info.run_id, run_b.info.run_id, config.verdict
+            conn, run_a.info.run_id, run_b.info.run_id, config.thresholds
         )
-        report = write_compare_report(
-            conn,
-            run_a.info.run_id,
-            run_b.info.run_id,
-            out,
-            comparison=comparison,
-            sources=repository_sources(config),
-        )
+        report = write_compare_report(conn, comparison, out, sources=repository_sources(config))
     comment = out / "pr-comment.md"
     markdown = pr_comment(comparison, report_link=str(report))
     comment.write_text(markdown)

@@ -30,9 +30,8 @@ from prefect.concurrency.sync import concurrency
 from prefect.context import TaskRunContext
 from prefect.runtime import flow_run
 
-from kernelwatch.analysis.changepoints import DetectorConfig
-from kernelwatch.config.database import load_config
-from kernelwatch.config.settings import RepositoryConfig
+from kernelwatch.analysis.thresholds import Thresholds
+from kernelwatch.config.settings import RepositoryConfig, load
 from kernelwatch.flows import pipeline
 from kernelwatch.flows.detection import PassReport, detect_and_alert
 from kernelwatch.flows.repos import InfrastructureError, sync
@@ -180,13 +179,13 @@ def store(run: Run) -> Submitted:
 
 
 @task(name="detect", **_UNCACHED, retry_condition_fn=infrastructure_only, **_RETRY)
-def detect(repository: str, config: DetectorConfig) -> PassReport:
+def detect(repository: str, thresholds: Thresholds) -> PassReport:
     """One detection pass over the repository's stored history."""
     with store_connection() as conn:
-        return detect_and_alert(conn, repository, config)
+        return detect_and_alert(conn, repository, thresholds)
 
 
 def store_connection() -> psycopg.Connection:
     """A connection to the configured store (the embedded server is started if it is the
     one in use); raises StoreUnavailable or SchemaMismatch."""
-    return connect(resolve(load_config()).url)
+    return connect(resolve(load().database).url)

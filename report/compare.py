@@ -3,20 +3,22 @@
 ``comparison_from_runs`` reads both runs from the store; ``compare_runs`` is the pure part:
 per case in both runs the A/B verdict on the stored raw samples (``analysis.verdict``),
 static regressions between the two runs' builds (``analysis.static_diff``), correctness
-failures at head, and what kept a case or the whole comparison from being judged.
+failures at head, and what kept a case or the whole comparison from being judged. Each case
+and build is judged by its kernel's thresholds (``analysis.thresholds``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import psycopg
 
 from kernelwatch.analysis.confirm import counted_samples
 from kernelwatch.analysis.static_diff import Finding, diff_builds
-from kernelwatch.analysis.verdict import ABVerdict, ABVerdictName, VerdictConfig, compare
+from kernelwatch.analysis.thresholds import Thresholds, VerdictConfig
+from kernelwatch.analysis.verdict import ABVerdict, ABVerdictName, compare
 from kernelwatch.harness.records import BuildMetrics
 from kernelwatch.store.report_queries import (
     CorrectnessRow,
@@ -31,7 +33,7 @@ from kernelwatch.store.report_queries import (
 )
 
 Outcome = Literal[0, 1, 2]
-_DEFAULT = VerdictConfig()
+_DEFAULT = Thresholds()
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,12 @@ class RunSide:
 @dataclass(frozen=True)
 class Comparison:
     """Head against base. ``problem`` is set when the comparison itself could not be made
-    (nothing in common, different device models); ``notes`` qualify one that was made."""
+    (nothing in common, different device models); ``notes`` qualify one that was made (a
+    kernel judged by thresholds of its own among them)."""
 
     base: RunHeader
     head: RunHeader
-    config: VerdictConfig
+    thresholds: Thresholds
     cases: tuple[CaseComparison, ...]
     only_base: tuple[MeasurementRow, ...]
     only_head: tuple[MeasurementRow, ...]
@@ -99,6 +102,11 @@ class Comparison:
         return self.with_verdict("ERROR")
 
     @property
+    def verdict_config(self) -> VerdictConfig:
+        """The verdict thresholds of every kernel without a per-kernel override."""
+        return self.thresholds.verdict
+
+    @property
     def methods(self) -> tuple[str, ...]:
         """The measurement methods of the compared cases."""
         return tuple(sorted({c.head.method for c in self.cases}))
@@ -115,22 +123,26 @@ class Comparison:
 
 
 def comparison_from_runs(
-    conn: psycopg.Connection,
-    base_run_id: str,
-    head_run_id: str,
-    config: VerdictConfig = _DEFAULT,
+    conn: psycopg.Connection, base_run_id: str, head_run_id: str, thresholds: Thresholds
 ) -> Comparison:
-    """Compare the stored run ``head_run_id`` against ``base_run_id``. Raises
-    ``store.report_queries.RunNotFound`` when either run is not stored."""
-    return compare_runs(_side(conn, base_run_id), _side(conn, head_run_id), config)
+    """Compare the stored run ``head_run_id`` against ``base_run_id`` with the configured
+    ``thresholds``. Raises ``store.report_queries.RunNotFound`` when either run is not
+    stored."""
+    return compare_runs(_side(conn, base_run_id), _side(conn, head_run_id), thresholds)
 
 
-def compare_runs(base: RunSide, head: RunSide, config: VerdictConfig = _DEFAULT) -> Comparison:
+def compare_runs(base: RunSide, head: RunSide, thresholds: Thresholds = _DEFAULT) -> Comparison:
     """The comparison of two runs already read from the store."""
     head_by_key = {m.series_key: m for m in head.measurements}
     base_keys = {m.series_key for m in base.measurements}
     cases = tuple(
-        _compare_case(m, head_by_key[m.series_key], base.samples, head.samples, config)
+        _compare_case(
+            m,
+            head_by_key[m.series_key],
+            base.samples,
+            head.samples,
+            thresholds.for_kernel(m.kernel).verdict,
+        )
         for m in base.measurements
         if m.series_key in head_by_key
     )
@@ -138,14 +150,14 @@ def compare_runs(base: RunSide, head: RunSide, config: VerdictConfig = _DEFAULT)
     return Comparison(
         base=base.header,
         head=head.header,
-        config=config,
+        thresholds=thresholds,
         cases=cases,
         only_base=tuple(m for m in base.measurements if m.series_key not in head_by_key),
         only_head=tuple(m for m in head.measurements if m.series_key not in base_keys),
-        static=tuple(diff_builds(base.builds, head.builds)),
+        static=tuple(diff_builds(base.builds, head.builds, thresholds)),
         correctness_failures=failures,
         problem=_problem(base.header, head.header, cases),
-        notes=_notes(base.header, head.header),
+        notes=_notes(base.header, head.header) + _own_thresholds(cases, thresholds),
     )
 
 
@@ -212,6 +224,24 @@ def _notes(base: RunHeader, head: RunHeader) -> tuple[str, ...]:
             "not an interleaved A/B pair: the ratios compare two separate runs, so drift "
             "between them counts as change"
         )
+    return tuple(notes)
+
+
+def _own_thresholds(cases: Sequence[CaseComparison], thresholds: Thresholds) -> tuple[str, ...]:
+    """A note per compared kernel whose verdict thresholds differ from the defaults."""
+    notes = []
+    for kernel in sorted({c.base.kernel for c in cases}):
+        own = thresholds.for_kernel(kernel).verdict
+        changed = [
+            f"{f.name} {getattr(own, f.name):g}"
+            for f in fields(own)
+            if getattr(own, f.name) != getattr(thresholds.verdict, f.name)
+        ]
+        if changed:
+            notes.append(
+                f"{kernel} is judged by its own verdict thresholds ({', '.join(changed)}; "
+                "[[thresholds]] in kernelwatch.toml)"
+            )
     return tuple(notes)
 
 

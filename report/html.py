@@ -19,7 +19,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from kernelwatch.report import format as fmt
-from kernelwatch.report.compare import Comparison, comparison_from_runs
+from kernelwatch.report.compare import Comparison
 from kernelwatch.report.markdown import pr_comment
 from kernelwatch.report.repro import Source
 from kernelwatch.report.views import (
@@ -108,21 +108,14 @@ def write_nightly_report(
 
 def write_compare_report(
     conn: psycopg.Connection,
-    base_run_id: str,
-    head_run_id: str,
+    comparison: Comparison,
     out_dir: Path,
     *,
-    comparison: Comparison | None = None,
     sources: Mapping[str, Source] | None = None,
 ) -> Path:
-    """The report of head against base (a PR check): the verdict, each case's ratio with
-    its CI, static regressions, correctness at head, speed of light, provenance and repro
-    commands. Pass ``comparison`` (of these two runs) when it was computed already, e.g.
-    with the configured verdict thresholds."""
-    if comparison is None:
-        comparison = comparison_from_runs(conn, base_run_id, head_run_id)
-    elif (comparison.base.run_id, comparison.head.run_id) != (base_run_id, head_run_id):
-        raise ValueError("the comparison given is not of these two runs")
+    """The report of head against base (a PR check, ``report.compare``): the verdict, each
+    case's ratio with its CI, static regressions, correctness at head, speed of light,
+    provenance and repro commands."""
     chart, left_off = ratio_svg(comparison)
     head = comparison.head
     head_measurements = [*(c.head for c in comparison.cases), *comparison.only_head]

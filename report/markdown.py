@@ -72,7 +72,7 @@ def _headline(c: Comparison) -> str:
     lines.append(
         f"`{fmt.sha(c.base.commit_sha)}` → `{fmt.sha(c.head.commit_sha)}` on {_text(device.name)} "
         f"({_text(device.host)}) · {len(c.cases)} cases compared · verdicts at "
-        f"±{c.config.margin:.1%} with {c.config.confidence:.0%} CIs"
+        f"±{c.verdict_config.margin:.1%} with {c.verdict_config.confidence:.0%} CIs"
     )
     lines.extend(f"> {_text(note)}" for note in c.notes)
     return "\n".join(lines) + "\n"
@@ -123,7 +123,7 @@ def _tables(c: Comparison) -> list[_Table]:
 def _tail(c: Comparison, report_link: str | None) -> str:
     same = len(c.with_verdict("SAME"))
     ambiguous = len(c.with_verdict("AMBIGUOUS"))
-    parts = [f"{same} cases the same within ±{c.config.margin:.1%}"]
+    parts = [f"{same} cases the same within ±{c.verdict_config.margin:.1%}"]
     if ambiguous:
         parts.append(f"{ambiguous} ambiguous (more samples would settle them)")
     if c.only_base:

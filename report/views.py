@@ -210,7 +210,7 @@ def ratio_svg(comparison: Comparison) -> tuple[str | None, int]:
         )
         for c, v in notable[:RATIO_ROWS]
     ]
-    return charts.ratio_chart(rows, comparison.config.margin), len(notable) - len(rows)
+    return charts.ratio_chart(rows, comparison.verdict_config.margin), len(notable) - len(rows)
 
 
 def _culprit_x(rows: Sequence[Mapping[str, Any]], changes: Sequence[int], culprit: str) -> float:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from kernelwatch.config.database import StoreConfig, load_config
+from kernelwatch.config.database import StoreConfig
+from kernelwatch.config.settings import load
 from kernelwatch.store import migrate
 from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer, ServerState
 
@@ -32,7 +33,7 @@ class Target:
 def resolve(config: StoreConfig | None = None) -> Target:
     """The configured database, or the embedded server, started if needed and migrated to
     this kernelwatch's schema (it is kernelwatch's own database, so upgrading it is safe)."""
-    config = config or load_config()
+    config = config or load().database
     if config.url:
         return Target(config.url)
     server = EmbeddedServer(config.pg_dir)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import psycopg
 
-from kernelwatch.config.database import StoreConfig, load_config
+from kernelwatch.config.database import StoreConfig
+from kernelwatch.config.settings import load
 from kernelwatch.harness.records import RecordError
 from kernelwatch.store.connect import SchemaMismatch, StoreUnavailable, connect, resolve
 from kernelwatch.store.ingest import Ingester, IngestResult
@@ -48,7 +49,7 @@ class Submitter:
     because the database is unreachable (now, or mid-transaction) goes to the spool."""
 
     def __init__(self, config: StoreConfig | None = None) -> None:
-        self.config = config or load_config()
+        self.config = config or load().database
         self._ingester: Ingester | None = None
 
     def submit(self, run: Run) -> Submitted:
@@ -91,7 +92,7 @@ def pending(spool_dir: Path) -> list[Path]:
 def replay(config: StoreConfig | None = None) -> ReplayReport:
     """Ingest every spooled run, removing each file once its transaction committed. Stops,
     leaving the rest, if the database becomes unreachable; moves malformed files aside."""
-    config = config or load_config()
+    config = config or load().database
     report = ReplayReport()
     files = pending(config.spool_dir)
     if not files:

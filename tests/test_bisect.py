@@ -10,7 +10,20 @@ import numpy as np
 import pytest
 
 from kernelwatch.analysis.bisect_search import BisectConfig, Probe, bisect
+from kernelwatch.analysis.thresholds import BisectThresholds, KernelOverride, Thresholds
 from kernelwatch.analysis.verdict import ABVerdict, compare
+from kernelwatch.flows.bisection import probe_result
+from kernelwatch.harness.records import (
+    ABMeasurement,
+    CaseId,
+    DeviceInfo,
+    Measurement,
+    Method,
+    SoftwareInfo,
+)
+
+_DEFAULT = BisectThresholds()
+ROUNDS = BisectConfig().max_rounds
 
 
 def _commits(n: int) -> list[str]:
@@ -77,7 +90,8 @@ def test_noisy_flat_history_is_not_reproduced_within_max_rounds():
     history = History(commits, {"gemm": [1.0] * 6}, noise=0.05)
     outcome = bisect(commits, history, budget_s=1e9)
     assert outcome.status == "not_reproduced"
-    assert {c for c, _ in history.calls} == {commits[-1]} and len(history.calls) <= 3
+    assert {c for c, _ in history.calls} == {commits[-1]}
+    assert len(history.calls) <= ROUNDS
 
 
 def test_only_the_cases_slower_at_the_bad_end_are_followed():
@@ -90,11 +104,43 @@ def test_only_the_cases_slower_at_the_bad_end_are_followed():
 
 def test_a_smaller_separate_slowdown_is_not_taken_for_the_culprit():
     commits = _commits(10)
-    # +20% at commit 2, then x2 on top at commit 6.
-    levels = {"gemm": [1.0, 1.0] + [1.2] * 4 + [2.4] * 4}
-    assert bisect(commits, History(commits, levels), 1e9).culprit == commits[6]
-    any_slowdown = BisectConfig(bad_fraction=0.0)
-    assert bisect(commits, History(commits, levels), 1e9, any_slowdown).culprit == commits[2]
+    # gemm: +20% at commit 2, then x2 on top at commit 6; softmax: x2 at commit 6.
+    levels = {"gemm": [1.0, 1.0] + [1.2] * 4 + [2.4] * 4, "softmax": _step(6, 10)}
+
+    def culprit(any_slowdown_in: str = "") -> str | None:
+        def own(case: str) -> BisectThresholds:
+            return BisectThresholds(bad_fraction=0.0) if case == any_slowdown_in else _DEFAULT
+
+        history = History(commits, levels, noise=0.01)
+        return bisect(commits, history, 1e9, case_thresholds=own).culprit
+
+    assert culprit() == commits[6]
+    # Each case is judged by its own threshold: any slowdown of gemm makes commit 2 bad,
+    # any slowdown of softmax changes nothing.
+    assert culprit(any_slowdown_in="gemm") == commits[2]
+    assert culprit(any_slowdown_in="softmax") == commits[6]
+
+
+def test_a_probe_judges_each_case_by_its_kernels_verdict_thresholds():
+    rng = np.random.default_rng(3)
+    device = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)
+    software = SoftwareInfo("0.1.0", "3.11.7", "2.13.0", "3.9.0", "13.0", "580.1")
+    method = Method("cuda-events", "cold", 1)
+
+    def pair(kernel: str, slowdown: float) -> ABMeasurement:
+        case = CaseId("builtin", kernel, "llm", {"n": 4096}, "fp16")
+        sides = [
+            Measurement(case, "ok", "", method, device, software,
+                        samples_ns=tuple(1e5 * level * np.exp(rng.normal(0, 0.003, 60))))
+            for level in (1.0, slowdown)
+        ]  # fmt: skip
+        return ABMeasurement(case, "ok", "", method, device, software, *sides)
+
+    pairs = [pair("flash_attention_fwd", 1.05), pair("gemm", 1.05)]
+    wide = KernelOverride(("flash_attention*",), {"verdict": {"margin": 0.1}})
+    probe = probe_result(pairs, None, Thresholds(overrides=(wide,)))
+    verdicts = {label.split()[0]: v.verdict for label, v in probe.verdicts.items()}
+    assert verdicts == {"flash_attention_fwd": "SAME", "gemm": "SLOWER"}
 
 
 def _verdict(name: str, ratio: float, low: float, high: float, more: int | None = 10):
@@ -135,12 +181,12 @@ def test_ambiguous_probes_again_with_more_samples_then_resolves():
 
 def test_still_ambiguous_after_max_rounds_is_inconclusive():
     commits = _commits(9)
-    table = {(4, r): AMBIGUOUS for r in range(3)}
+    table = {(4, r): AMBIGUOUS for r in range(ROUNDS)}
     outcome = bisect(commits, Script(commits, culprit=3, table=table), budget_s=100)
     assert outcome.status == "inconclusive" and outcome.culprit is None
-    assert "stayed AMBIGUOUS after 3 rounds" in outcome.reason
+    assert f"stayed AMBIGUOUS after {ROUNDS} rounds" in outcome.reason
     assert outcome.range == (commits[1], commits[8])
-    assert len(outcome.steps) == 4
+    assert len(outcome.steps) == 1 + ROUNDS  # the bad end, then every round of commit 4
 
 
 def test_an_ambiguous_bad_end_gets_more_samples_before_it_counts():

@@ -200,19 +200,26 @@ def test_unknown_revision(history):
         pass
 
 
-def test_cli_build_diff_exit_codes(kernelwatch_cli, history, cache, builds, monkeypatch):
+def test_cli_build_diff_exit_codes(kernelwatch_cli, history, cache, builds, monkeypatch, tmp_path):
     repo, revs = history
     monkeypatch.setenv("KERNELWATCH_BUILD_CACHE", str(cache))
     common = ("--suite", "kernelwatch_suite.py", "--repo", str(repo), "--arch", "sm_90a")
     common += ("--workers", "1")
+    # tile_dot's instructions grow about 13x, far over the default limit but under this
+    # kernelwatch.toml's [static] limit of 20x.
+    config = tmp_path / "kernelwatch.toml"
+    config.write_text("[static]\nmax_instruction_growth = 20.0\n")
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
     proc = kernelwatch_cli("build-diff", revs["spills"], revs["no_tc"], *common, "--json")
     assert proc.returncode == 1, proc.stderr
     rules = {json.loads(line)["rule"] for line in proc.stdout.splitlines()}
-    assert "tensor_core" in rules
+    assert "tensor_core" in rules and "instructions" not in rules
     same = kernelwatch_cli("build-diff", revs["base"], revs["base"], *common)
     assert same.returncode == 0, same.stderr
     bad = kernelwatch_cli("build-diff", "nope", revs["base"], *common)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
     assert "unknown revision 'nope'" in bad.stderr
+    limit = kernelwatch_cli("build-diff", "a", "b", "--max-instruction-growth", "-1")
+    assert limit.returncode == 2 and "max_instruction_growth must be at least 0" in limit.stderr
     arch = kernelwatch_cli("build", "--arch", "sm_75")
     assert arch.returncode == 2 and "unknown arch 'sm_75'" in arch.stderr

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from kernelwatch.analysis.bisect_search import BisectOutcome, Step
+from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.dashboards import alert_rules as alerts
 from kernelwatch.dashboards import catalog, inventory
@@ -157,7 +158,7 @@ def seeded(pg_server):
         ingester = Ingester(conn)
         for run in _history():
             ingester.ingest(run)
-        report = detect_and_alert(conn, REPOSITORY)
+        report = detect_and_alert(conn, REPOSITORY, Thresholds())
         regression_id = conn.execute(
             """SELECT DISTINCT cp.regression_id FROM change_points cp
             JOIN series s ON s.id = cp.series_id WHERE s.key = %s""",

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kernelwatch.analysis.synthetic import make_series
+from kernelwatch.analysis.thresholds import DetectorConfig
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def test_json_reports_each_series(kernelwatch_cli, series_file):
     assert abs(change["index"] - 60) <= 2
     assert change["direction"] == "regression"
     assert change["magnitude_pct"] == pytest.approx(6, abs=1.5)
-    assert change["p_value"] < 1e-5
+    assert change["p_value"] < DetectorConfig().alpha
     assert change["rev"] == f"c{change['index']}"
     assert flat["status"] == "ok" and flat["change_points"] == []
     assert tiny["status"] == "too_short" and tiny["change_points"] == []
@@ -48,6 +49,34 @@ def test_table_and_fail_on_regression(kernelwatch_cli, series_file):
     assert "1 regressions" in result.stderr
 
 
+def test_thresholds_come_from_the_file_and_a_line_may_name_its_kernel(
+    kernelwatch_cli, series_file, tmp_path, monkeypatch
+):
+    gemm, _, tiny = (json.loads(line) for line in series_file.read_text().splitlines())
+    lines = [gemm, {**gemm, "id": "attention", "kernel": "flash_attention_fwd"}, tiny]
+    series = tmp_path / "kernels.jsonl"
+    series.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    config = tmp_path / "kernelwatch.toml"
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+
+    def changes(text: str) -> dict[str, int]:
+        config.write_text(text)
+        result = kernelwatch_cli("detect", str(series), "--json")
+        assert result.returncode == 0, result.stderr
+        found = [json.loads(line) for line in result.stdout.splitlines()]
+        return {f["id"]: len(f["change_points"]) for f in found} | {
+            f"{f['id']} needs": f["needs"] for f in found if "needs" in f
+        }
+
+    # A 6% step over 40 and 60 points is far past p = 1e-5, but not p = 1e-15.
+    assert changes("[detection]\nalpha = 1e-15\nmin_size = 4\n") == {
+        "gemm": 0, "attention": 0, "tiny": 0, "tiny needs": 8,
+    }  # fmt: skip
+    own = '[[thresholds]]\nkernels = ["flash_attention*"]\ndetection.alpha = 1e-15\n'
+    needs = 2 * DetectorConfig().min_size
+    assert changes(own) == {"gemm": 1, "attention": 0, "tiny": 0, "tiny needs": needs}
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -57,6 +86,7 @@ def test_table_and_fail_on_regression(kernelwatch_cli, series_file):
         ('{"id": 1, "y": []}\n', "line 1: 'y' must be a non-empty list"),
         ('{"id": 1, "y": [1.0, 2.0], "rev": ["a"]}\n', "line 1: 'rev' must be a list as long"),
         ("\n", "holds no series"),
+        ('{"id": 1, "y": [1.0], "kernel": 3}\n', "line 1: 'kernel' must be a string"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(kernelwatch_cli, tmp_path, content, message):

@@ -45,7 +45,7 @@ archs = [{", ".join(f'"{a}"' for a in archs.split())}]
 baseline = false
 budget_s = 0.3
 
-# 22 nights cannot reach the fleet's p < 1e-5 (a rank test on 12 vs 10 points bottoms out
+# 22 nights cannot reach the fleet's default alpha (a rank test on 12 vs 10 points bottoms out
 # near 1e-4); docs/FLOWS.md gives the short-history settings' miss and false-alarm rates.
 [detection]
 alpha = 1e-3

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from factories import REPOSITORY, commit, measurement, run, run_info
 
+from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.harness.records import CaseId
 from kernelwatch.store.ingest import Ingester
@@ -51,7 +52,7 @@ def _ingest(url: str, runs: list[Run]) -> None:
 
 def _detect(url: str):
     with psycopg.connect(url) as conn:
-        return detect_and_alert(conn, REPOSITORY)
+        return detect_and_alert(conn, REPOSITORY, Thresholds())
 
 
 @pytest.fixture
@@ -94,6 +95,29 @@ def test_one_culprit_across_20_series_is_one_alert_and_recovery_closes_it(
     assert closing.closed == (alert["regression_id"],), closing
     shown = json.loads(cli("show", str(alert["regression_id"]), "--json").stdout)
     assert shown["state"] == "fixed" and shown["open"] is False
+
+
+def test_regressions_update_judges_by_the_files_thresholds(
+    store_url, regressions_cli, tmp_path, monkeypatch
+):
+    _ingest(store_url, _history([1.0] * 20 + [1.08] * 15, series=3))
+    config = tmp_path / "kernelwatch.toml"
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+
+    def update(text: str) -> str:
+        config.write_text(text)
+        result = regressions_cli("update", "--repository", REPOSITORY)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()[0]
+
+    # An 8% step under a 50% floor: nothing to report, from the defaults or the kernel's own.
+    assert "0 new change point(s), 0 regression(s) opened" in update(
+        "[detection]\nmin_magnitude = 0.5\n"
+    )
+    own = '[[thresholds]]\nkernels = ["rms_*"]\ndetection.min_magnitude = 0.5\n'
+    assert "0 new change point(s), 0 regression(s) opened" in update(own)
+    other = '[[thresholds]]\nkernels = ["softmax"]\ndetection.min_magnitude = 0.5\n'
+    assert "3 new change point(s), 1 regression(s) opened" in update(other)
 
 
 def test_reset_baseline_closes_and_silences(store_url, regressions_cli):

@@ -13,7 +13,7 @@ import pytest
 from factories import DEVICE, SOFTWARE, WHEN, commit
 
 from kernelwatch.analysis.static_diff import Finding
-from kernelwatch.analysis.verdict import VerdictConfig
+from kernelwatch.analysis.thresholds import KernelOverride, Thresholds, VerdictConfig
 from kernelwatch.harness.records import DeviceInfo
 from kernelwatch.report import charts, views
 from kernelwatch.report import format as fmt
@@ -26,7 +26,7 @@ from kernelwatch.store.report_queries import (
     RunHeader,
 )
 
-DEFAULT = VerdictConfig()
+DEFAULT = Thresholds()
 
 
 def _header(sha: str, trigger: str = "pr", device: DeviceInfo = DEVICE) -> RunHeader:
@@ -63,7 +63,7 @@ def _side(header: RunHeader, levels: dict[str, float], seed: int, **row_args) ->
 
 
 def _comparison(
-    slower: int, faster: int = 0, same: int = 0, config: VerdictConfig = DEFAULT
+    slower: int, faster: int = 0, same: int = 0, thresholds: Thresholds = DEFAULT
 ) -> Comparison:
     """Head against base with ``slower`` cases 10 % slower, ``faster`` 10 % faster and
     ``same`` unchanged."""
@@ -71,7 +71,7 @@ def _comparison(
     base = {f"case-{i}": 1000.0 for i in range(len(factors))}
     head = {f"case-{i}": 1000.0 * f for i, f in enumerate(factors)}
     return compare_runs(
-        _side(_header("a" * 40), base, 1), _side(_header("b" * 40), head, 2), config
+        _side(_header("a" * 40), base, 1), _side(_header("b" * 40), head, 2), thresholds
     )
 
 
@@ -81,6 +81,20 @@ def test_compare_runs_gives_each_common_case_a_verdict():
     assert all(x.verdict.ci_low < 1.1 < x.verdict.ci_high for x in c.slower)
     assert c.outcome == 1 and c.problem == "" and c.notes == ()
     assert _comparison(slower=0, faster=2, same=2).outcome == 0
+
+
+def test_a_per_kernel_margin_override_flips_that_kernels_verdicts():
+    wide = {"verdict": {"margin": 0.2}}
+    own = _comparison(
+        slower=2, thresholds=Thresholds(overrides=(KernelOverride(("rms_*",), wide),))
+    )
+    assert [x.verdict_name for x in own.cases] == ["SAME", "SAME"] and own.outcome == 0
+    assert own.notes == (
+        "rms_norm is judged by its own verdict thresholds (margin 0.2; [[thresholds]] in "
+        "kernelwatch.toml)",
+    )
+    other = Thresholds(overrides=(KernelOverride(("softmax",), wide),))
+    assert _comparison(slower=2, thresholds=other).outcome == 1
 
 
 def test_compare_runs_explains_cases_and_comparisons_it_cannot_judge():
@@ -129,7 +143,9 @@ def test_pr_comment_names_each_regressed_case_with_its_ratio_and_ci():
 def thousand() -> Comparison:
     """1,000 slower cases, 200 faster, 300 static regressions (a coarse bootstrap: the
     comment's layout does not depend on its precision)."""
-    c = _comparison(slower=1000, faster=200, config=VerdictConfig(resamples=200))
+    c = _comparison(
+        slower=1000, faster=200, thresholds=Thresholds(verdict=VerdictConfig(resamples=200))
+    )
     return replace(c, static=tuple(_finding(i) for i in range(300)))
 
 

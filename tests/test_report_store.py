@@ -32,6 +32,7 @@ from factories import (
 )
 
 from kernelwatch.analysis.bisect_search import Probe, bisect
+from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.harness.records import CaseId, CorrectnessResult, RunInfo, SpeedOfLight
@@ -180,14 +181,14 @@ def seeded(pg_server) -> Seeded:
         ingester = Ingester(conn)
         for run in [*(_nightly(day, rng) for day in range(NIGHTS)), base, head]:
             ingester.ingest(run)
-        (regression_id,) = detect_and_alert(conn, REPOSITORY).opened
+        (regression_id,) = detect_and_alert(conn, REPOSITORY, Thresholds()).opened
         _bisect_culprit(conn, regression_id)
     return Seeded(url, regression_id, base.info.run_id, head.info.run_id)
 
 
 def test_comparison_judges_each_case_and_finds_static_and_correctness_failures(seeded):
     with psycopg.connect(seeded.url) as conn:
-        c = comparison_from_runs(conn, seeded.base_run, seeded.head_run)
+        c = comparison_from_runs(conn, seeded.base_run, seeded.head_run, Thresholds())
     verdicts = {(x.head.kernel, x.head.case_label): x.verdict_name for x in c.cases}
     assert verdicts == {
         ("rms_norm", "rows=64 hidden=4096"): "SLOWER",
@@ -217,10 +218,10 @@ def test_comparison_judges_each_case_and_finds_static_and_correctness_failures(s
 def test_a_comparison_with_nothing_in_common_cannot_be_made(seeded):
     with psycopg.connect(seeded.url) as conn:
         nightly = resolve_run(conn, _sha(3))
-        c = comparison_from_runs(conn, nightly, nightly)
+        c = comparison_from_runs(conn, nightly, nightly, Thresholds())
         assert c.outcome == 0  # a run against itself: every case the same
         with pytest.raises(RunNotFound, match="no stored run"):
-            comparison_from_runs(conn, str(uuid.UUID(int=999_999)), nightly)
+            comparison_from_runs(conn, str(uuid.UUID(int=999_999)), nightly, Thresholds())
 
 
 def test_resolve_run_prefers_the_pr_base_on_the_heads_device(seeded):
@@ -387,7 +388,8 @@ def _drawn(opened: Opened, name: str) -> None:
 def test_reports_draw_in_headless_chromium(seeded, browser, tmp_path):
     with psycopg.connect(seeded.url) as conn:
         nightly = write_nightly_report(conn, REPOSITORY, tmp_path)
-        compare = write_compare_report(conn, seeded.base_run, seeded.head_run, tmp_path)
+        comparison = comparison_from_runs(conn, seeded.base_run, seeded.head_run, Thresholds())
+        compare = write_compare_report(conn, comparison, tmp_path)
         run = write_run_report(conn, _last_nightly(), tmp_path)
         culprit = show_regression(conn, seeded.regression_id)["culprit_sha"]
     assert culprit == _sha(CULPRIT)

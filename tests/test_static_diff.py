@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kernelwatch.analysis.static_diff import compare, diff_builds, resident_blocks
+from kernelwatch.analysis.thresholds import KernelOverride, StaticThresholds, Thresholds
 from kernelwatch.harness.build.archs import ARCHS
 from kernelwatch.harness.records import BuildMetrics, LaunchConfig
 
@@ -30,6 +31,8 @@ BASE = BuildMetrics(
     workload="llm",
     case="m=16 n=4096 k=4096",
 )
+#: The most instructions BASE may grow to without a finding, at the default threshold.
+AT_LIMIT = round(BASE.instructions * (1 + StaticThresholds().max_instruction_growth))
 
 
 def rules(after: BuildMetrics, before: BuildMetrics = BASE) -> dict[str, tuple[str, str]]:
@@ -37,7 +40,7 @@ def rules(after: BuildMetrics, before: BuildMetrics = BASE) -> dict[str, tuple[s
 
 
 def test_unchanged_build_has_no_findings():
-    assert compare(BASE, replace(BASE, cubin_sha256="other", instructions=1100)) == []
+    assert compare(BASE, replace(BASE, cubin_sha256="other", instructions=AT_LIMIT)) == []
 
 
 def test_new_spills():
@@ -69,8 +72,20 @@ def test_shared_memory_over_the_limit():
 
 
 def test_instruction_growth_threshold():
-    assert rules(replace(BASE, instructions=1101))["instructions"] == ("1000", "1101")
-    assert compare(BASE, replace(BASE, instructions=1300), max_instruction_growth=0.5) == []
+    grown = replace(BASE, instructions=AT_LIMIT + 1)
+    assert rules(grown)["instructions"] == ("1000", str(AT_LIMIT + 1))
+    assert compare(BASE, grown, StaticThresholds(max_instruction_growth=0.5)) == []
+    assert compare(BASE, replace(BASE, instructions=AT_LIMIT)) == []
+
+
+def test_a_per_kernel_override_sets_that_kernels_instruction_limit():
+    loose = {"static": {"max_instruction_growth": 0.5}}
+    thresholds = Thresholds(overrides=(KernelOverride(("ge*",), loose),))
+    grown = replace(BASE, instructions=1300)
+    assert diff_builds([BASE], [grown], thresholds) == []
+    softmax = replace(BASE, kernel="softmax")
+    found = diff_builds([softmax], [replace(grown, kernel="softmax")], thresholds)
+    assert [f.rule for f in found] == ["instructions"]
 
 
 def test_narrower_loads():

@@ -17,7 +17,9 @@ import numpy as np
 import psycopg
 import pytest
 
-from kernelwatch.config.database import ConfigError, StoreConfig, load_config
+from kernelwatch.config.database import StoreConfig
+from kernelwatch.config.settings import load
+from kernelwatch.config.tables import ConfigError
 from kernelwatch.harness.records import RecordError
 from kernelwatch.store import migrate, queries
 from kernelwatch.store.embedded import EmbeddedServer
@@ -238,14 +240,15 @@ def test_run_file_round_trip_and_rejects(tmp_path):
 def test_config_precedence(tmp_path, monkeypatch):
     for var in ("KERNELWATCH_DATABASE_URL", "KERNELWATCH_CONFIG", "KERNELWATCH_SPOOL_DIR"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "kernelwatch.toml").write_text('[database]\nurl = "postgresql://a/b"\n')
-    assert load_config(tmp_path).url == "postgresql://a/b"
+    assert load().database.url == "postgresql://a/b"
     monkeypatch.setenv("KERNELWATCH_DATABASE_URL", "postgresql://c/d")
-    assert load_config(tmp_path).url == "postgresql://c/d"
+    assert load().database.url == "postgresql://c/d"
     (tmp_path / "kernelwatch.toml").write_text("[database]\nurl = 3\n")
     monkeypatch.delenv("KERNELWATCH_DATABASE_URL")
     with pytest.raises(ConfigError, match=r"\[database\] url must be a string"):
-        load_config(tmp_path)
+        load()
 
 
 def test_spool_and_replay_after_server_stopped_mid_run(tmp_path):

@@ -7,6 +7,8 @@ import pytest
 
 from kernelwatch.analysis.verdict import VerdictConfig, compare, compare_measurements
 
+DEFAULT = VerdictConfig()
+
 
 def _samples(seed: int, n: int, center: float, jitter: float = 0.01) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -28,7 +30,7 @@ def test_a_five_percent_change_is_called(factor, expected):
     assert v.verdict == expected
     assert v.ratio == pytest.approx(factor, rel=0.01)
     assert v.ci_low < v.ratio < v.ci_high
-    assert v.p_value < 1e-3
+    assert v.p_value < DEFAULT.alpha
 
 
 def test_higher_is_better_flips_the_names():
@@ -49,8 +51,8 @@ def test_ambiguous_says_how_many_more_samples_would_settle_it():
 
 def test_a_difference_on_the_margin_cannot_be_settled():
     a = _samples(1, 300, 100.0)
-    # B's median sits exactly on the 1 % margin.
-    v = compare(a, np.random.default_rng(2).permutation(a) * 1.01)
+    # B's median sits exactly on the margin.
+    v = compare(a, np.random.default_rng(2).permutation(a) * (1 + DEFAULT.margin))
     assert v.verdict == "AMBIGUOUS"
     assert v.more_samples is None
     assert "will not settle" in v.reason

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # sampling imports scipy (~1 s); the parent process never nee
 #: stopping rule. On a GPU, 0.2 s of warm-up lets clocks ramp; the cool-down lets power
 #: and temperature settle between cases (FlashAttention's benchmarks sleep for the same
 #: reason). The 15 s timeout is nvbench's.
-_DEFAULTS: dict[str, dict[str, float]] = {
+DEVICE_DEFAULTS: dict[str, dict[str, float]] = {
     "cuda": {
         "warmup_s": 0.2,
         "cool_down_s": 0.25,
@@ -44,19 +44,30 @@ _DEFAULTS: dict[str, dict[str, float]] = {
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """A bench request. ``timer`` is ``auto``, ``cuda-events``, ``cuda-graph`` or
-    ``cpu-perf-counter``; ``l2`` is ``cold``, ``warm`` or None (the timer's natural state)."""
+    """A bench request (docs/TIMING.md). Budgets left unset take the device's defaults
+    (``DEVICE_DEFAULTS``)."""
 
     timer: str = "auto"
+    """``auto``, ``cuda-events``, ``cuda-graph`` or ``cpu-perf-counter``."""
     l2: str | None = None
+    """``cold`` or ``warm``. Unset: the timer's natural state."""
     target_rel_ci: float = 0.005
+    """Sampling stops once the 95% CI half-width of every arm's median is under this
+    fraction of it."""
     min_samples: int = 10
+    """Unthrottled samples each arm needs."""
     min_time_s: float | None = None
+    """Time each arm accumulates before the CI may stop sampling."""
     budget_s: float | None = None
+    """Seconds of sampling per case before it stops with the CI it has."""
     timeout_s: float | None = None
+    """Hard limit on a case's sampling, even short of ``min_samples``."""
     warmup_s: float | None = None
+    """Warm-up per arm, so clocks ramp before timing."""
     cool_down_s: float | None = None
+    """Pause before each case, for power and temperature to settle."""
     baseline: bool = True
+    """Time each kernel's stock-library baseline interleaved with it."""
     measure_ceilings: bool = False
     ceilings: Ceilings | None = None
     pins: Pins = field(default_factory=dict)
@@ -65,7 +76,7 @@ class BenchOptions:
         """Fill every budget left None with the defaults of a ``kind`` device."""
         from kernelwatch.harness.timing.sampling import StopRule
 
-        defaults = _DEFAULTS["cuda" if kind == "cuda" else "cpu"]
+        defaults = DEVICE_DEFAULTS["cuda" if kind == "cuda" else "cpu"]
 
         def pick(name: str) -> float:
             value = getattr(self, name, None)
