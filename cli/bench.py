@@ -114,11 +114,10 @@ def bench(
             "timing",
             lambda on_plan: run_benches(request, on_plan=on_plan, on_carry=_show_ceilings),
             json_lines,
+            _print_table,
         )
     except (SelectionUnavailable, SuiteError) as exc:
         fail(str(exc), code=2)
-    if not json_lines:
-        _print_table(records)
     if save_pins is not None:
         save_pins.write_text(json.dumps(pins_to_json(pins_from_records(records)), indent=2) + "\n")
     counts = Counter(r.status for r in records)

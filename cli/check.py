@@ -59,12 +59,13 @@ def check(
     )
     try:
         results = stream_records(
-            "checking", lambda on_plan: run_checks(request, on_plan=on_plan), json_lines
+            "checking",
+            lambda on_plan: run_checks(request, on_plan=on_plan),
+            json_lines,
+            _print_table,
         )
     except (SelectionUnavailable, SuiteError) as exc:
         fail(str(exc), code=2)
-    if not json_lines:
-        _print_table(results)
     counts = Counter(r.verdict for r in results)
     stderr.print(
         f"check: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error, "

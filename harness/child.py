@@ -14,6 +14,10 @@ import sys
 import threading
 from typing import IO, Any
 
+#: The children started and not yet reaped, so that a signal ending this process can end
+#: them too (:func:`kill_all`).
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
 #: Bytes of a dead child's stderr kept in its records: enough for a segfault's Python
 #: traceback after faulthandler's list of loaded extension modules (~2 KB with scipy).
 STDERR_TAIL = 6000
@@ -33,6 +37,7 @@ def spawn(
         env=env,
         start_new_session=True,
     )
+    _LIVE.add(proc)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(plan).encode())
     proc.stdin.close()
@@ -74,10 +79,12 @@ def line_queue(stream: IO[bytes]) -> queue.Queue[bytes | None]:
 def wait(proc: subprocess.Popen[bytes]) -> int:
     """The exit code of a child that closed its output; killed if it lingers."""
     try:
-        return proc.wait(timeout=30)
+        code = proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         kill(proc)
         return proc.wait()
+    _LIVE.discard(proc)
+    return code
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -86,6 +93,14 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    _LIVE.discard(proc)
+
+
+def kill_all() -> None:
+    """Kill every child this process started and has not reaped (a stop signal's handler
+    calls it)."""
+    for proc in list(_LIVE):
+        kill(proc)
 
 
 def tail(stderr: IO[bytes]) -> str:
