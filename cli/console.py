@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import typer
@@ -12,6 +14,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kernelwatch.harness.records import CorrectnessResult, Measurement
+from kernelwatch.harness.timing.pinning import (
+    PinFileError,
+    Pins,
+    load_pins,
+    pins_from_records,
+    pins_to_json,
+)
 
 stderr = Console(stderr=True)
 
@@ -29,6 +38,22 @@ def progress() -> Progress:
         transient=True,
         disable=not stderr.is_terminal,
     )
+
+
+def read_pins(path: Path | None) -> Pins:
+    """The pin file at ``path`` (none: no pins); a malformed one exits 2."""
+    if path is None:
+        return {}
+    try:
+        return load_pins(path)
+    except PinFileError as exc:
+        fail(str(exc), code=2)
+
+
+def save_pins(path: Path | None, records: Iterable[Measurement | CorrectnessResult]) -> None:
+    """Write the configs of ``records`` (verified or timed) to ``path`` as a pin file."""
+    if path is not None:
+        path.write_text(json.dumps(pins_to_json(pins_from_records(records)), indent=2) + "\n")
 
 
 def fail(message: str, code: int) -> NoReturn:

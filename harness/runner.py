@@ -161,6 +161,9 @@ def _case_runner(
     mode = plan.get("mode", "check")
     if mode == "check":
         from kernelwatch.harness.correctness import check_case
+        from kernelwatch.harness.timing.pinning import pinned_config, pins_from_json
+
+        pins = pins_from_json(plan.get("pins", {}))
 
         def check(task: Task) -> CorrectnessResult:
             return check_case(
@@ -172,6 +175,7 @@ def _case_runner(
                 device,
                 seed,
                 software,
+                pinned_config(pins, task.kernel, task.params, task.dtype),
             )
 
         return check, None

@@ -8,6 +8,7 @@ next case. Nothing already reported is lost, and no kernel code runs in this pro
 
 from __future__ import annotations
 
+import math
 import queue
 import signal
 import tempfile
@@ -28,6 +29,7 @@ from kernelwatch.harness.records import (
     read_record,
 )
 from kernelwatch.harness.suite import SuiteRef, Task
+from kernelwatch.harness.timing.pinning import Pins, pins_to_json
 from kernelwatch.harness.timing.request import BenchOptions
 
 RUNNER = "kernelwatch.harness.runner"
@@ -46,7 +48,13 @@ class SelectionUnavailable(ValueError):
 
 @dataclass(frozen=True)
 class CheckRequest:
-    """What to check, and how long any one case may take before it counts as hung."""
+    """What to check, and how long any one case may take before it counts as hung.
+
+    ``pins`` are configs a check launches instead of autotuning (a bench request takes its
+    own in ``options``). ``stop_at`` is a deadline on ``time.monotonic()`` for the whole
+    run: when it passes, the child is killed and the records stop, without a record for
+    the case it was in.
+    """
 
     suite: SuiteRef = field(default_factory=SuiteRef)
     kernels: Sequence[str] = ()
@@ -55,6 +63,8 @@ class CheckRequest:
     seed: int = 0
     case_timeout_s: float = 300.0
     startup_timeout_s: float = 180.0
+    pins: Pins = field(default_factory=dict)
+    stop_at: float | None = None
 
     mode = "check"
 
@@ -67,6 +77,7 @@ class CheckRequest:
             "dtypes": list(self.dtypes),
             "seed": self.seed,
             "start": start,
+            "pins": pins_to_json(self.pins),
         }
 
 
@@ -173,10 +184,13 @@ def _run_child(
         deadline = time.monotonic() + request.startup_timeout_s
         try:
             while True:
+                stop_at = request.stop_at if request.stop_at is not None else math.inf
                 try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    line = lines.get(timeout=max(0.0, min(deadline, stop_at) - time.monotonic()))
                 except queue.Empty:
                     kill(proc)
+                    if time.monotonic() >= stop_at:
+                        return None
                     if not ctx.planned:
                         raise SuiteError(
                             f"the runner produced nothing for {request.startup_timeout_s:.0f} s "

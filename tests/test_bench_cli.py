@@ -7,6 +7,7 @@ import json
 
 from kernelwatch.harness.records import Measurement
 from kernelwatch.harness.timing.pinning import load_pins, pinned_config
+from kernelwatch.harness.timing.timers import HARNESS_VERSION
 
 _FAST = ("--budget", "0.05")
 
@@ -34,7 +35,7 @@ def test_every_case_is_a_record_with_samples_statistic_and_provenance(
         assert r.summary.n >= 10 and len(r.samples_ns) >= 10
         assert r.summary.ci_low_ns <= r.summary.median_ns <= r.summary.ci_high_ns
         assert r.summary.stop in ("converged", "budget")
-        assert r.method.label() == "cpu-perf-counter/warm/h1"
+        assert r.method.label() == f"cpu-perf-counter/warm/h{HARNESS_VERSION}"
         assert r.device.host and r.software.torch and r.software.triton and r.software.python
         assert r.sol.tflops > 0 and r.sol.gbps > 0 and r.sol.pct_sol is None
         assert r.speedup > 0 and len(r.baseline_samples_ns) == len(r.samples_ns)

@@ -45,7 +45,9 @@ _DEFAULTS: dict[str, dict[str, float]] = {
 @dataclass(frozen=True)
 class BenchOptions:
     """A bench request. ``timer`` is ``auto``, ``cuda-events``, ``cuda-graph`` or
-    ``cpu-perf-counter``; ``l2`` is ``cold``, ``warm`` or None (the timer's natural state)."""
+    ``cpu-perf-counter``; ``l2`` is ``cold``, ``warm`` or None (the timer's natural state).
+    ``pin_source`` says where ``pins`` came from: ``pin-file`` (a person's), or ``checked``
+    (the configs the correctness check verified, so bench times exactly those)."""
 
     timer: str = "auto"
     l2: str | None = None
@@ -60,6 +62,7 @@ class BenchOptions:
     measure_ceilings: bool = False
     ceilings: Ceilings | None = None
     pins: Pins = field(default_factory=dict)
+    pin_source: str = "pin-file"
 
     def resolved(self, kind: str) -> ResolvedOptions:
         """Fill every budget left None with the defaults of a ``kind`` device."""
