@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from typing import IO, Any
 
 #: The children started and not yet reaped, so that a signal ending this process can end
@@ -24,13 +25,18 @@ STDERR_TAIL = 6000
 
 
 def spawn(
-    module: str, plan: dict[str, Any], stderr: IO[bytes], env: dict[str, str] | None = None
+    module: str,
+    plan: dict[str, Any],
+    stderr: IO[bytes],
+    env: dict[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes | None]]:
-    """Start ``python -m module`` on ``plan`` (JSON on its stdin); its stdout lines arrive on
-    the returned queue. The child leads its own process group, so ``kill`` also ends
-    whatever it started (a compiler, a kernel's helper processes)."""
+    """Start ``python -m module`` on ``plan`` (JSON on its stdin), under ``wrapper`` (a
+    profiler's command line) if given; its stdout lines arrive on the returned queue. The
+    child leads its own process group, so ``kill`` also ends whatever it started (a
+    compiler, a kernel's helper processes)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", module],
+        [*wrapper, sys.executable, "-m", module],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import queue
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +29,7 @@ from kernelwatch.harness.records import (
 )
 from kernelwatch.harness.suite import SuiteRef, Task
 from kernelwatch.harness.timing.pinning import Pins, pins_to_json
-from kernelwatch.harness.timing.request import BenchOptions
+from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
 
 RUNNER = "kernelwatch.harness.runner"
 
@@ -241,52 +240,54 @@ def _run_child(
 
 @dataclass(frozen=True)
 class SelfcheckRequest:
-    """A self-check: one case per kernel of ``workload`` in ``dtype``, within ``timeout_s``."""
+    """The self-check's measurements on this device (:class:`SelfcheckOptions`), stopped
+    at ``stop_at`` (``time.monotonic()``) whatever they are doing; ``wrapper`` is a command
+    line the child runs under (a profiler)."""
 
     suite: SuiteRef = field(default_factory=SuiteRef)
-    kernels: Sequence[str] = ()
-    workload: str = "llm"
-    dtype: str = "bf16"
-    budget_s: float | None = None
-    timeout_s: float = 600.0
+    options: SelfcheckOptions = field(default_factory=SelfcheckOptions)
+    stop_at: float | None = None
+    wrapper: tuple[str, ...] = ()
 
     def plan(self) -> dict[str, Any]:
-        options = {
-            "kernels": list(self.kernels),
-            "workload": self.workload,
-            "dtype": self.dtype,
-            "budget_s": self.budget_s,
+        return {
+            "mode": "selfcheck",
+            "suite": self.suite.to_json(),
+            "selfcheck": self.options.to_json(),
         }
-        return {"mode": "selfcheck", "suite": self.suite.to_json(), "selfcheck": options}
 
 
-def run_selfcheck(request: SelfcheckRequest, on_progress: Callable[[str], None]) -> str:
-    """Run the self-check in a child and return its markdown report.
+def run_selfcheck(
+    request: SelfcheckRequest, on_progress: Callable[[str], None]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Run the self-check's measurements in a child; yield ``(name, data)`` for each as it
+    finishes. At ``stop_at`` the child is killed and the iteration ends.
 
     Raises :class:`SelectionUnavailable` for a selection the suite lacks and
-    :class:`SuiteError` when the suite cannot load or the child dies or overruns.
+    :class:`SuiteError` when the suite cannot load or the child dies.
     """
     with tempfile.TemporaryFile(mode="w+b") as stderr:
-        proc, lines = spawn(RUNNER, request.plan(), stderr)
-        deadline = time.monotonic() + request.timeout_s
+        proc, lines = spawn(RUNNER, request.plan(), stderr, wrapper=request.wrapper)
+        stop_at = request.stop_at if request.stop_at is not None else math.inf
         try:
             while True:
                 try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    line = lines.get(timeout=max(0.0, min(stop_at - time.monotonic(), 1e6)))
                 except queue.Empty:
-                    raise SuiteError(
-                        f"the self-check did not finish within {request.timeout_s:.0f} s; "
-                        "pass a larger --timeout or fewer --kernel"
-                    ) from None
-                event = decode(line) if line is not None else None
-                if event is None:
-                    code = wait(proc) if line is None else -signal.SIGKILL
+                    return
+                if line is None:
+                    code = wait(proc)
+                    if code == 0:
+                        return
                     last = (tail(stderr).splitlines() or ["(empty)"])[-1]
                     raise SuiteError(f"the self-check runner {death(code)}: {last}")
+                # Anything else on stdout (a profiler wrapping the child prints its own
+                # lines there) is not an event.
+                event = decode(line) or {}
                 if event.get("event") == "progress":
                     on_progress(event["message"])
-                elif event.get("event") == "report":
-                    return event["markdown"]
+                elif event.get("event") == "stage":
+                    yield event["name"], event["data"]
                 elif event.get("event") == "fatal":
                     error = SelectionUnavailable if event["kind"] == "selection" else SuiteError
                     raise error(event["message"])

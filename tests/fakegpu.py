@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -44,6 +46,8 @@ class FakeGpu:
     capturing: list[float] | None = None
     host_hiccups: dict[int, float] = field(default_factory=dict)  # launch index -> extra ns
     launches: int = 0
+    jitter: float = 0.0  # relative standard deviation of a kernel's duration
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
 
     # -- the GPU --------------------------------------------------------------------------
 
@@ -69,6 +73,8 @@ class FakeGpu:
             return
         extra = self.host_hiccups.get(self.launches, 0.0)
         self.launches += 1
+        if self.jitter:
+            kernel_ns *= 1.0 + self.rng.gauss(0.0, self.jitter)
         self.run(kernel_ns, self.launch_host_ns + extra)
 
     def kernel(self, kernel_ns: float) -> Callable[[], None]:
@@ -89,11 +95,6 @@ class FakeGpu:
 
     def sleep(self, seconds: float) -> None:
         self.host_ns += seconds * 1e9
-
-    @property
-    def time(self) -> SimpleNamespace:
-        """Stands in for the ``time`` module where a timer reads the host clock."""
-        return SimpleNamespace(perf_counter_ns=self.perf_counter_ns, monotonic=self.monotonic)
 
     # -- torch ----------------------------------------------------------------------------
 
@@ -163,6 +164,34 @@ class FakeGpu:
             uint8="uint8",
             empty=lambda n, dtype=None, device=None: Buffer(n),
         )
+
+    # -- the other tools ------------------------------------------------------------------
+
+    def do_bench(self, fn: Callable[[], object], reps: int = 50) -> float:
+        """``triton.testing.do_bench``'s loop (median): zero a 256 MiB buffer, record an
+        event, launch, record an event; the zeroing keeps the host ahead."""
+        torch = self.torch
+        cache = torch.empty(256 << 20)
+        times = []
+        for _ in range(reps):
+            cache.zero_()
+            start, end = torch.cuda.Event(True), torch.cuda.Event(True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e6)
+        return statistics.median(times)
+
+    def torch_benchmark(self, fn: Callable[[], object], number: int = 100) -> float:
+        """``torch.utils.benchmark``'s blocked runs: the host clock around back-to-back
+        launches and a synchronize."""
+        self.torch.cuda.synchronize()
+        begin = self.host_ns
+        for _ in range(number):
+            fn()
+        self.torch.cuda.synchronize()
+        return (self.host_ns - begin) / number
 
     # -- NVML -----------------------------------------------------------------------------
 
@@ -250,8 +279,10 @@ def doubling_spec(
     log: list[str] | None = None,
     workloads: dict[str, tuple[dict[str, Any], ...]] | None = None,
 ) -> Any:
-    """A kernel spec computing ``y = 2 x`` on small CPU tensors; on ``gpu`` each launch also
-    costs ``kernel_ns`` of simulated GPU time (``kernel_ns(params)`` when callable).
+    """A kernel spec computing ``y = 2 x`` on small CPU tensors of ``n`` elements; on ``gpu``
+    each launch also costs ``kernel_ns`` of simulated GPU time (``kernel_ns(params)`` when
+    callable), and its byte and FLOP models count ``size`` elements (default ``n``), so a
+    case can stand for a large one without the CPU moving its bytes.
     ``autotune()`` is the config a launch without one picks (the autotuner, whose choice
     may differ run to run); ``log`` records each launch as ``launch <config>``."""
     import torch
@@ -278,8 +309,8 @@ def doubling_spec(
         reference=lambda t, p: {"y": 2.0 * t["x"]},
         baseline=Baseline("torch.mul", lambda t, p: {"y": 2.0 * t["x"]}),
         workloads=workloads or {"smoke": ({"n": 64},)},
-        flops=lambda p: int(p["n"]),
-        min_bytes=lambda p, e: 2 * e * int(p["n"]),
+        flops=lambda p: int(p.get("size", p["n"])),
+        min_bytes=lambda p, e: 2 * e * int(p.get("size", p["n"])),
         dtypes=("fp32", "bf16"),
         configs=tuple(configs),
         pinned_config=configs[0] if configs else None,

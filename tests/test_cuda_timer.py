@@ -4,12 +4,9 @@ replays modelled."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from fakegpu import FakeGpu
 
-from kernelwatch.harness.timing import timers
 from kernelwatch.harness.timing.sampling import RESOLUTION, StopRule
 from kernelwatch.harness.timing.telemetry import NullProbe
 from kernelwatch.harness.timing.timers import (
@@ -24,21 +21,22 @@ KERNEL_NS = 3_000.0  # a 3 us kernel; a Triton launch costs the host 20 us
 
 
 @pytest.fixture
-def gpu(monkeypatch) -> FakeGpu:
-    """A simulated H200 whose clock idles at 345 MHz for its first 50 ms of work; the timer
-    imports it as ``torch`` and reads its host clock."""
-    gpu = FakeGpu()
-    monkeypatch.setitem(sys.modules, "torch", gpu.torch)
-    monkeypatch.setattr(timers, "time", gpu.time)
-    return gpu
+def gpu() -> FakeGpu:
+    """A simulated H200 whose clock idles at 345 MHz for its first 50 ms of work."""
+    return FakeGpu()
+
+
+def timer(gpu: FakeGpu, l2: str, graph: bool = False, max_mhz: float | None = 1980.0) -> CudaTimer:
+    """The CUDA timer on the simulated GPU: its torch, its host clock."""
+    l2_bytes = 50 << 20 if l2 == COLD else None
+    return CudaTimer(l2, graph, l2_bytes, max_mhz, gpu.torch, gpu.perf_counter_ns)
 
 
 def test_the_spin_is_sized_with_the_max_sm_clock_not_an_idle_calibration(gpu):
     """Built on an idle GPU (345 MHz), the timer must still spin long enough once the
     clock boosts to 1980 MHz, or host launch latency lands inside the timed region. (Warm L2:
     a cold sample's flush would hide the latency on its own.)"""
-    timer = CudaTimer(WARM, graph=False, l2_bytes=None, max_sm_clock_mhz=gpu.max_mhz)
-    sampler = timer.bind(gpu.kernel(KERNEL_NS))
+    sampler = timer(gpu, WARM).bind(gpu.kernel(KERNEL_NS))
     gpu.warm()
     timed = sampler.take()
     spin = gpu.spins[-1]
@@ -49,8 +47,7 @@ def test_the_spin_is_sized_with_the_max_sm_clock_not_an_idle_calibration(gpu):
 
 
 def test_without_a_known_max_clock_the_spin_errs_long(gpu):
-    timer = CudaTimer(WARM, graph=False, l2_bytes=None, max_sm_clock_mhz=None)
-    sampler = timer.bind(gpu.kernel(KERNEL_NS))
+    sampler = timer(gpu, WARM, max_mhz=None).bind(gpu.kernel(KERNEL_NS))
     gpu.warm()
     assert sampler.take().ns == pytest.approx(KERNEL_NS, abs=gpu.event_step_ns)
     assert gpu.spins[-1] / gpu.boost_mhz * 1e3 >= MIN_BACKLOG_NS
@@ -60,8 +57,7 @@ def test_the_graph_is_sized_from_a_timed_replay_not_one_exposed_launch(gpu):
     """One launch timed alone includes its 20 us of host launch latency; a replay of
     back-to-back launches does not: a 3 us kernel needs ~34 launches for 100 us."""
     gpu.warm()
-    timer = CudaTimer(WARM, graph=True, l2_bytes=None, max_sm_clock_mhz=gpu.max_mhz)
-    sampler = timer.bind(gpu.kernel(KERNEL_NS))
+    sampler = timer(gpu, WARM, graph=True).bind(gpu.kernel(KERNEL_NS))
     assert sampler.launches == pytest.approx(34, abs=1)
     assert sampler.resolution_ns == pytest.approx(gpu.event_step_ns / sampler.launches)
     assert sampler.take().ns == pytest.approx(KERNEL_NS, rel=0.01)
@@ -71,8 +67,7 @@ def test_a_host_hiccup_is_retaken_and_the_backlog_shrinks_again(gpu):
     """One enqueue that takes 2 ms (a page fault, a GC pause) outruns the spin: that sample
     would time the hiccup, so it is taken again; later samples go back to a short spin
     instead of paying 4 ms of spin each for the rest of the run."""
-    timer = CudaTimer(COLD, graph=False, l2_bytes=50 << 20, max_sm_clock_mhz=gpu.max_mhz)
-    sampler = timer.bind(gpu.kernel(KERNEL_NS))
+    sampler = timer(gpu, COLD).bind(gpu.kernel(KERNEL_NS))
     gpu.warm()
     gpu.host_hiccups = {gpu.launches + 5: 2e6}
     times = [sampler.take().ns for _ in range(80)]
@@ -85,10 +80,9 @@ def test_a_host_hiccup_is_retaken_and_the_backlog_shrinks_again(gpu):
 
 def test_a_microsecond_kernel_on_events_stops_at_the_resolution_not_converged(gpu):
     gpu.warm()
-    timer = CudaTimer(COLD, graph=False, l2_bytes=50 << 20, max_sm_clock_mhz=gpu.max_mhz)
     rule = StopRule(min_samples=10, min_time_s=0.0, target_rel_ci=0.005, budget_s=0.05)
     collected, _ = time_arms(
-        [gpu.kernel(1_200.0)], timer, NullProbe(), rule, 0.0, gpu.monotonic, gpu.sleep
+        [gpu.kernel(1_200.0)], timer(gpu, COLD), NullProbe(), rule, 0.0, gpu.monotonic, gpu.sleep
     )
     assert collected.stop == RESOLUTION
     assert collected.resolution_ns == gpu.event_step_ns

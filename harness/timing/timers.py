@@ -173,14 +173,24 @@ def resolve_method(kind: str, timer: str, l2: str | None) -> tuple[str, str]:
 class CudaTimer:
     """CUDA events on a dedicated stream, L2 flushed (cold) or not (warm), launch latency
     hidden behind a GPU spin; optionally a CUDA graph of back-to-back launches.
-    ``max_sm_clock_mhz`` is the device's maximum SM clock (NVML), None when unknown."""
+    ``max_sm_clock_mhz`` is the device's maximum SM clock (NVML), None when unknown.
+    ``torch_module`` and ``host_ns`` are torch and the host's clock (a simulated GPU's in the
+    tests)."""
 
     def __init__(
-        self, l2: str, graph: bool, l2_bytes: int | None, max_sm_clock_mhz: float | None
+        self,
+        l2: str,
+        graph: bool,
+        l2_bytes: int | None,
+        max_sm_clock_mhz: float | None,
+        torch_module: Any = None,
+        host_ns: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
-        import torch
+        if torch_module is None:
+            import torch as torch_module
 
-        self._torch = torch
+        torch = self._torch = torch_module
+        self._host_ns = host_ns
         self.method = Method(GRAPH_TIMER if graph else EVENTS_TIMER, l2, HARNESS_VERSION)
         self._graph = graph
         self._max_sm_clock_mhz = max_sm_clock_mhz
@@ -225,11 +235,11 @@ class CudaTimer:
             torch.cuda._sleep(spin_cycles(LEAD_SPIN_NS, self._max_sm_clock_mhz))
             before_spin.record()
             torch.cuda._sleep(cycles)
-            host_start = time.perf_counter_ns()
+            host_start = self._host_ns()
             start.record()
             enqueue()
             end.record()
-            enqueue_ns = float(time.perf_counter_ns() - host_start)
+            enqueue_ns = float(self._host_ns() - host_start)
         end.synchronize()
         spun_ns = before_spin.elapsed_time(start) * 1e6
         clock = cycles / spun_ns * 1000.0 if spun_ns > 0 else None
