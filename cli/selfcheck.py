@@ -19,7 +19,6 @@ from kernelwatch.cli.console import fail, progress, stderr
 from kernelwatch.harness.selfcheck import ChildBackend, SelfcheckPlan, run_selfcheck_stages
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import SelectionUnavailable
-from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "incomplete": "yellow", "skipped": "dim"}
 
@@ -54,17 +53,14 @@ def selfcheck(
     every question passed, 1 when any failed or could not be settled, 2 on bad input."""
     plan = SelfcheckPlan(
         suite=SuiteRef(suite, str(repo) if repo is not None else None),
-        options=SelfcheckOptions(
-            kernels=tuple(kernel or ()),
-            workload=workload,
-            dtype=dtype,
-            bench=BenchOptions(budget_s=budget, baseline=False),
-        ),
         check_workload=check_workload,
         deadline_s=deadline,
     )
+    options = replace(plan.options, kernels=tuple(kernel or ()), workload=workload, dtype=dtype)
     if budget is not None:
+        options = replace(options, bench=replace(options.bench, budget_s=budget))
         plan = replace(plan, ab_options=replace(plan.ab_options, budget_s=budget))
+    plan = replace(plan, options=options)
     try:
         with progress() as bar_ui:
             bar = bar_ui.add_task("self-check", total=None)

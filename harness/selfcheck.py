@@ -77,12 +77,16 @@ class SelfcheckPlan:
     case's kernel, for ncu's filter; ``deadline_s``: the hard limit for everything."""
 
     suite: SuiteRef = field(default_factory=SuiteRef)
-    options: SelfcheckOptions = field(default_factory=SelfcheckOptions)
+    options: SelfcheckOptions = field(
+        default_factory=lambda: SelfcheckOptions(
+            bench=BenchOptions(budget_s=0.5, warmup_s=0.1, cool_down_s=0.1, baseline=False)
+        )
+    )
     check_workload: str = "smoke"
     cuda_kernels: tuple[str, ...] = ("silu_and_mul_cuda",)
     ab_options: BenchOptions = field(
         default_factory=lambda: BenchOptions(
-            budget_s=0.4, min_time_s=0.02, warmup_s=0.05, cool_down_s=0.02, timeout_s=5.0
+            budget_s=0.25, min_time_s=0.02, warmup_s=0.05, cool_down_s=0.02, timeout_s=5.0
         )
     )
     ncu_kernel: str = "silu_and_mul_kernel"

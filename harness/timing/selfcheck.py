@@ -280,7 +280,12 @@ class _Measurer:
             "median_sm_mhz": float(np.median(clocks)) if clocks else None,
             "max_sm_mhz": policy.max_sm_clock_mhz,
             "policy": asdict(policy),
-            "locked_reason_seen": reasons[locked_bit] > 0 if samples else None,
+            # unknown unless some sample had its reasons read
+            "locked_reason_seen": (
+                reasons[locked_bit] > 0
+                if any(s.throttle_reasons is not None for s in samples)
+                else None
+            ),
         }
 
 
