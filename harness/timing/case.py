@@ -144,7 +144,7 @@ class BenchSession:
         )
         session = cls(device, options, software, timer, probe)
         if session.ceilings is None and options.measure_ceilings:
-            session.ceilings = measure_ceilings(device, timer, probe, session.resolved)
+            session.ceilings = measure_ceilings(device, lambda fn: session.time([fn])[0])
         return session
 
     def time(self, launches: list[Callable[[], object]]) -> tuple[Collected, list[State]]:

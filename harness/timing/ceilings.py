@@ -16,11 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from kernelwatch.harness.device import Device
-from kernelwatch.harness.timing.request import ResolvedOptions
 from kernelwatch.harness.timing.roofline import Ceilings
-from kernelwatch.harness.timing.sampling import summarize_collected
-from kernelwatch.harness.timing.telemetry import Probe
-from kernelwatch.harness.timing.timers import Timer, time_arms
+from kernelwatch.harness.timing.sampling import Collected, summarize_collected
 
 #: (bytes copied, GEMM size) per device kind: big enough to saturate an H200 (2 x 1 GiB
 #: moved per copy, an 8192^3 GEMM), small enough for a CPU to finish in a second or two.
@@ -63,20 +60,19 @@ def device_launches(device: Device) -> CeilingLaunches:
 
 def measure_ceilings(
     device: Device,
-    timer: Timer,
-    probe: Probe,
-    options: ResolvedOptions,
+    sample: Callable[[Callable[[], object]], Collected],
     launches: CeilingLaunches | None = None,
 ) -> Ceilings:
     """Copy bandwidth (read plus write bytes over time) and bf16 GEMM TFLOP/s, each the
-    median of the unthrottled samples; a ceiling that fails is None, with its reason in
-    ``Ceilings.problems``. Never raises."""
+    median of the unthrottled samples ``sample(launch)`` takes with the run's timer and
+    stopping rule; a ceiling that fails is None, with its reason in ``Ceilings.problems``.
+    Never raises."""
     work = launches or device_launches(device)
     problems: list[str] = []
 
     def median_ns(name: str, make: Callable[[], Callable[[], object]]) -> float | None:
         try:
-            collected, _ = time_arms([make()], timer, probe, options.rule, options.warmup_s)
+            collected = sample(make())
         except Exception as exc:  # a failed ceiling is "not measured", not a failed run
             line = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
             problems.append(f"{name}: {line[:300]}")

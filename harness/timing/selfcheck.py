@@ -184,9 +184,8 @@ class _Measurer:
         }
 
     def ceilings(self) -> dict[str, Any]:
-        tools, resolved = self.tools, self.session.resolved
         measured = measure_ceilings(
-            self.device, self.session.timer, tools.probe, resolved, tools.ceilings
+            self.device, lambda fn: self.session.time([fn])[0], self.tools.ceilings
         )
         self.session.ceilings = measured
         sheet = datasheet_peaks(self.device.info.name)
