@@ -38,7 +38,12 @@ from kernelwatch.harness.timing.case import BenchSession, prepare
 from kernelwatch.harness.timing.ceilings import CeilingLaunches, measure_ceilings
 from kernelwatch.harness.timing.request import SelfcheckOptions
 from kernelwatch.harness.timing.roofline import ELEMENT_BYTES, datasheet_peaks
-from kernelwatch.harness.timing.sampling import Sample, quantum, summarize_collected
+from kernelwatch.harness.timing.sampling import (
+    Collected,
+    Sample,
+    quantum,
+    summarize_collected,
+)
 from kernelwatch.harness.timing.telemetry import (
     CLOCK_EVENT_REASONS,
     LOCKED_CLOCKS_REASON,
@@ -130,14 +135,18 @@ class _Measurer:
         selected = [s for s in suite.kernels if not options.kernels or s.name in options.kernels]
         self.specs = [s for s in selected if options.workload in s.workloads]
 
-    def ours(self, fn: Callable[[], object], graph: bool = False) -> Summary | None:
-        """Our median and CI of ``fn`` with the run's stopping rule: events (or the perf
-        counter), or a CUDA graph."""
+    def collect(self, fn: Callable[[], object], graph: bool = False) -> Collected:
+        """Samples of ``fn`` under the run's stopping rule, with events (or the perf
+        counter) or in a CUDA graph; kept for ``clocks``."""
         session = self.graph if graph else self.session
         assert session is not None
         collected, _ = session.time([fn])
         self.samples.extend(collected.arms[0])
-        return summarize_collected(collected)
+        return collected
+
+    def ours(self, fn: Callable[[], object], graph: bool = False) -> Summary | None:
+        """Our median and CI of ``fn``."""
+        return summarize_collected(self.collect(fn, graph))
 
     def launch(self, spec: KernelSpec, params: Params) -> Callable[[], object]:
         case = self.case(spec, params)
@@ -184,9 +193,7 @@ class _Measurer:
         }
 
     def ceilings(self) -> dict[str, Any]:
-        measured = measure_ceilings(
-            self.device, lambda fn: self.session.time([fn])[0], self.tools.ceilings
-        )
+        measured = measure_ceilings(self.device, self.collect, self.tools.ceilings)
         self.session.ceilings = measured
         sheet = datasheet_peaks(self.device.info.name)
         return {
