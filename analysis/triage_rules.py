@@ -30,6 +30,8 @@ State = Literal[
 ]
 OPEN: frozenset[State] = frozenset({"untriaged", "acknowledged", "investigating"})
 CLOSED: frozenset[State] = frozenset({"fixed", "wont_fix", "false_positive", "hardware_issue"})
+#: ``--state`` filters beyond the states themselves.
+STATE_FILTERS = ("open", "closed", "all")
 ALLOWED: dict[State, frozenset[State]] = {
     "untriaged": frozenset({"acknowledged", "investigating"}) | CLOSED,
     "acknowledged": frozenset({"investigating"}) | CLOSED,

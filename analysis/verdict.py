@@ -75,11 +75,19 @@ def compare_measurements(
     a: Measurement, b: Measurement, config: VerdictConfig = _DEFAULT
 ) -> ABVerdict:
     """``compare`` on two measurement records, leaving out samples flagged as throttled;
-    cycle space is used when both records carry a clock per sample."""
+    cycle space is used when both records carry a clock per sample. When the two sides ran
+    different launch configs the reason says so: the difference may be the autotuner's."""
     a_ns, a_clock = counted_samples(a)
     b_ns, b_clock = counted_samples(b)
     both = a_clock is not None and b_clock is not None
-    return compare(a_ns, b_ns, config, a_clock if both else None, b_clock if both else None)
+    verdict = compare(a_ns, b_ns, config, a_clock if both else None, b_clock if both else None)
+    if a.config is not None and b.config is not None and a.config != b.config:
+        verdict = replace(
+            verdict,
+            reason=f"{verdict.reason}; the configs differed (A {a.config.label()}, "
+            f"B {b.config.label()}), so part of the difference may be the autotuner's choice",
+        )
+    return verdict
 
 
 def _log_side(

@@ -35,3 +35,13 @@ RepositoryOption = Annotated[
     typer.Option(help="A repository of the configuration (default: the only one)."),
 ]
 PoolOption = Annotated[str, typer.Option(help="The pool this machine stands for.")]
+PinOption = Annotated[
+    Path | None, typer.Option(help="JSON/TOML file of launch configs to pin per case.")
+]
+SavePinsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--save-pins",
+        help="Write the configs this run used (check: verified; bench: timed) as a pin file.",
+    ),
+]

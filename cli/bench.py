@@ -6,10 +6,8 @@ what comes back.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -21,13 +19,15 @@ from kernelwatch.cli.arguments import (
     DtypesOption,
     JsonOption,
     KernelOption,
+    PinOption,
     RepoOption,
+    SavePinsOption,
     SeedOption,
     SuiteOption,
     TimeoutOption,
     WorkloadOption,
 )
-from kernelwatch.cli.console import fail, stderr, stream_records
+from kernelwatch.cli.console import fail, read_pins, save_pins, stderr, stream_records
 from kernelwatch.harness.records import Measurement
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
@@ -35,12 +35,6 @@ from kernelwatch.harness.supervise import (
     SelectionUnavailable,
     SuiteError,
     run_benches,
-)
-from kernelwatch.harness.timing.pinning import (
-    PinFileError,
-    load_pins,
-    pins_from_records,
-    pins_to_json,
 )
 from kernelwatch.harness.timing.request import BenchOptions
 
@@ -67,12 +61,8 @@ def bench(
     budget: Annotated[
         float | None, typer.Option(help="Seconds of sampling per case before giving up on CI.")
     ] = None,
-    pin: Annotated[
-        Path | None, typer.Option(help="JSON/TOML file of launch configs to pin per case.")
-    ] = None,
-    save_pins: Annotated[
-        Path | None, typer.Option(help="Write the configs this run used as a pin file.")
-    ] = None,
+    pin: PinOption = None,
+    save_pins_to: SavePinsOption = None,
     measure_ceilings: Annotated[
         bool, typer.Option(help="Measure copy bandwidth and a bf16 GEMM; use them for %SOL.")
     ] = False,
@@ -87,10 +77,6 @@ def bench(
     Exit 0 when every case was measured or is unsupported here, 1 when any case errored,
     2 on bad input.
     """
-    try:
-        pins = load_pins(pin) if pin is not None else {}
-    except PinFileError as exc:
-        fail(str(exc), code=2)
     options = BenchOptions(
         timer=timer,
         l2=l2,
@@ -98,7 +84,7 @@ def bench(
         budget_s=budget,
         baseline=not no_baseline,
         measure_ceilings=measure_ceilings,
-        pins=pins,
+        pins=read_pins(pin),
     )
     request = BenchRequest(
         suite=SuiteRef(suite, str(repo) if repo is not None else None),
@@ -114,13 +100,11 @@ def bench(
             "timing",
             lambda on_plan: run_benches(request, on_plan=on_plan, on_carry=_show_ceilings),
             json_lines,
+            _print_table,
         )
     except (SelectionUnavailable, SuiteError) as exc:
         fail(str(exc), code=2)
-    if not json_lines:
-        _print_table(records)
-    if save_pins is not None:
-        save_pins.write_text(json.dumps(pins_to_json(pins_from_records(records)), indent=2) + "\n")
+    save_pins(save_pins_to, records)
     counts = Counter(r.status for r in records)
     stderr.print(
         f"bench: {counts['ok']} measured, {counts['error']} error, "
@@ -131,11 +115,18 @@ def bench(
 
 
 def _show_ceilings(key: str, value: Any) -> None:
-    if key == "ceilings":
-        stderr.print(
-            f"measured ceilings: copy {value['copy_gbps']:.4g} GB/s, "
-            f"bf16 GEMM {value['bf16_tflops']:.3g} TFLOP/s (n={value['gemm_size']})"
-        )
+    if key != "ceilings":
+        return
+    copy, gemm = value.get("copy_gbps"), value.get("bf16_tflops")
+    line = "measured ceilings: copy " + ("not measured" if copy is None else f"{copy:.4g} GB/s")
+    line += ", bf16 GEMM " + (
+        "not measured" if gemm is None else f"{gemm:.3g} TFLOP/s (n={value['gemm_size']})"
+    )
+    if copy is None or gemm is None:
+        line += "; the datasheet stands in for what was not measured"
+    stderr.print(line, markup=False, highlight=False)
+    for problem in value.get("problems", ()):
+        stderr.print(f"  {problem}", markup=False, highlight=False)
 
 
 def format_ns(ns: float | None) -> str:

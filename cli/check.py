@@ -14,13 +14,15 @@ from kernelwatch.cli.arguments import (
     DtypesOption,
     JsonOption,
     KernelOption,
+    PinOption,
     RepoOption,
+    SavePinsOption,
     SeedOption,
     SuiteOption,
     TimeoutOption,
     WorkloadOption,
 )
-from kernelwatch.cli.console import fail, stderr, stream_records
+from kernelwatch.cli.console import fail, read_pins, save_pins, stderr, stream_records
 from kernelwatch.harness.records import CorrectnessResult
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
@@ -42,6 +44,8 @@ def check(
     repo: RepoOption = None,
     seed: SeedOption = 0,
     timeout: TimeoutOption = 300.0,
+    pin: PinOption = None,
+    save_pins_to: SavePinsOption = None,
     json_lines: JsonOption = False,
 ) -> None:
     """Check every kernel x workload case x dtype against its float64 reference.
@@ -56,15 +60,18 @@ def check(
         dtypes=tuple(dtype or ()),
         seed=seed,
         case_timeout_s=timeout,
+        pins=read_pins(pin),
     )
     try:
         results = stream_records(
-            "checking", lambda on_plan: run_checks(request, on_plan=on_plan), json_lines
+            "checking",
+            lambda on_plan: run_checks(request, on_plan=on_plan),
+            json_lines,
+            _print_table,
         )
     except (SelectionUnavailable, SuiteError) as exc:
         fail(str(exc), code=2)
-    if not json_lines:
-        _print_table(results)
+    save_pins(save_pins_to, results)
     counts = Counter(r.verdict for r in results)
     stderr.print(
         f"check: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error, "

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import typer
@@ -11,6 +14,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kernelwatch.harness.records import CorrectnessResult, Measurement
+from kernelwatch.harness.timing.pinning import (
+    PinFileError,
+    Pins,
+    load_pins,
+    pins_from_records,
+    pins_to_json,
+)
 
 stderr = Console(stderr=True)
 
@@ -30,25 +40,67 @@ def progress() -> Progress:
     )
 
 
+def read_pins(path: Path | None) -> Pins:
+    """The pin file at ``path`` (none: no pins); a malformed one exits 2."""
+    if path is None:
+        return {}
+    try:
+        return load_pins(path)
+    except PinFileError as exc:
+        fail(str(exc), code=2)
+
+
+def save_pins(path: Path | None, records: Iterable[Measurement | CorrectnessResult]) -> None:
+    """Write the configs of ``records`` (verified or timed) to ``path`` as a pin file."""
+    if path is not None:
+        path.write_text(json.dumps(pins_to_json(pins_from_records(records)), indent=2) + "\n")
+
+
 def fail(message: str, code: int) -> NoReturn:
     """Print ``error: MESSAGE`` on one line and exit with ``code``."""
     stderr.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
+def write_whole_line(text: str) -> None:
+    """Write one line on stdout with the stop signals held back until it is out, so a
+    reader never gets half a record."""
+    from kernelwatch.cli.signals import STOP_SIGNALS
+
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def stream_records(
-    label: str, run: Callable[[Callable[[int], None]], Iterable[_R]], json_lines: bool
+    label: str,
+    run: Callable[[Callable[[int], None]], Iterable[_R]],
+    json_lines: bool,
+    table: Callable[[list[_R]], None],
 ) -> list[_R]:
     """Drive ``run`` (given a callback that receives the case count once planned) under a
     progress bar, one step per record; with ``json_lines`` each record is printed on stdout
-    as it arrives, so a crash later loses none of the earlier ones."""
+    as it arrives, so a crash or a stop signal later loses none of the earlier ones, else
+    ``table`` prints them all at the end, or those measured when a stop signal arrived."""
+    from kernelwatch.cli.signals import Terminated
+
     records: list[_R] = []
-    with progress() as bar_ui:
-        bar = bar_ui.add_task(label, total=None)
-        for record in run(lambda cases: bar_ui.update(bar, total=cases)):
-            records.append(record)
-            bar_ui.update(bar, advance=1, description=record.case.kernel)
-            if json_lines:
-                sys.stdout.write(record.dumps() + "\n")
-                sys.stdout.flush()
+    try:
+        with progress() as bar_ui:
+            bar = bar_ui.add_task(label, total=None)
+            for record in run(lambda cases: bar_ui.update(bar, total=cases)):
+                records.append(record)
+                bar_ui.update(bar, advance=1, description=record.case.kernel)
+                if json_lines:
+                    write_whole_line(record.dumps())
+    except Terminated as stop:
+        if not json_lines:
+            table(records)
+        stderr.print(f"{label}: stopped by {stop} after {len(records)} cases; those are kept")
+        raise
+    if not json_lines:
+        table(records)
     return records

@@ -6,15 +6,10 @@ With no database URL configured (``KERNELWATCH_DATABASE_URL`` or ``[database] ur
 
 from __future__ import annotations
 
-import psycopg
 import typer
 
 from kernelwatch.cli.connection import store_config, store_target
 from kernelwatch.cli.console import fail, progress, stderr
-from kernelwatch.store import migrate
-from kernelwatch.store.connect import redacted
-from kernelwatch.store.embedded import EmbeddedServer
-from kernelwatch.store.spool import pending, replay
 
 db_app = typer.Typer(no_args_is_help=True, help="The results store: server, schema, spool.")
 
@@ -28,6 +23,10 @@ def url() -> None:
 @db_app.command()
 def status() -> None:
     """Report the server, the schema revision and the spooled runs waiting for replay."""
+    from kernelwatch.store import migrate
+    from kernelwatch.store.connect import redacted
+    from kernelwatch.store.spool import pending
+
     config = store_config()
     target = store_target(config)
     if target.embedded is not None and target.state is not None:
@@ -49,6 +48,8 @@ def status() -> None:
 @db_app.command()
 def upgrade() -> None:
     """Migrate the database's schema to this kernelwatch's revision."""
+    from kernelwatch.store import migrate
+
     target = store_target()
     before = _revision(target.url)
     migrate.upgrade(target.url)
@@ -58,6 +59,8 @@ def upgrade() -> None:
 @db_app.command(name="replay")
 def replay_command() -> None:
     """Load the runs spooled while the database was unreachable. Exit 1 if any is left."""
+    from kernelwatch.store.spool import replay
+
     config = store_config()
     with progress() as bar_ui:
         bar_ui.add_task("replaying spooled runs", total=None)
@@ -75,6 +78,8 @@ def replay_command() -> None:
 @db_app.command()
 def stop() -> None:
     """Stop the embedded server (nothing to do when a database URL is configured)."""
+    from kernelwatch.store.embedded import EmbeddedServer
+
     config = store_config()
     if config.url:
         fail("a database URL is configured; kernelwatch only stops its embedded server", code=2)
@@ -83,5 +88,9 @@ def stop() -> None:
 
 
 def _revision(url: str) -> str | None:
+    import psycopg
+
+    from kernelwatch.store import migrate
+
     with psycopg.connect(url) as conn:
         return migrate.current_revision(conn)

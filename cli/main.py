@@ -1,7 +1,9 @@
 """The ``kernelwatch`` entry point: the Typer app with every command module registered.
 
 Importing a command module registers its commands on ``app`` (``cli/app.py``); the groups
-``db`` and ``regressions`` are sub-apps.
+``db`` and ``regressions`` are sub-apps. No command module imports the store's, Prefect's or
+Grafana's packages when it is loaded: a GPU host without them still runs ``check``,
+``bench`` and ``selfcheck``, and a command that needs one says so in one line.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from kernelwatch.cli import (
     selfcheck,
 )
 from kernelwatch.cli.app import app
+from kernelwatch.cli.console import stderr
+from kernelwatch.cli.signals import Terminated, end_children_on_signals
 
 #: In the order ``kernelwatch --help`` lists them.
 COMMAND_MODULES = (
@@ -42,10 +46,39 @@ COMMAND_MODULES = (
     dashboards,
 )
 
+#: Packages only some commands need (the store, the flows, Grafana), by import name, with
+#: the distribution that provides each.
+OPTIONAL_PACKAGES = {
+    "psycopg": "psycopg[binary]",
+    "alembic": "alembic",
+    "pgserver": "pgserver",
+    "prefect": "prefect",
+    "grafana_foundation_sdk": "grafana-foundation-sdk",
+    "grafana_client": "grafana-client",
+}
+
 app.add_typer(db.db_app, name="db")
 app.add_typer(regressions.regressions_app, name="regressions")
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. SIGTERM, SIGINT and SIGHUP end the runner children first
+    (they lead their own process groups, so ``timeout`` would not reach them), then exit
+    with 128 + the signal's number; what was measured before is already written."""
+    end_children_on_signals()
+    try:
+        app()
+    except Terminated as stop:
+        raise SystemExit(128 + stop.signum) from None
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in OPTIONAL_PACKAGES:
+            raise
+        stderr.print(
+            f"error: this command needs {top}, which is not installed here: pip install "
+            f"'{OPTIONAL_PACKAGES[top]}' (check, bench and selfcheck run without it)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise SystemExit(1) from None

@@ -6,27 +6,20 @@ import getpass
 import json
 import os
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelwatch.analysis.triage_rules import ALLOWED, CLOSED, TriageError
+from kernelwatch.analysis.triage_rules import ALLOWED, CLOSED, STATE_FILTERS, TriageError
 from kernelwatch.cli.arguments import JsonOption
 from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
 from kernelwatch.cli.console import fail
-from kernelwatch.flows.detection import detect_and_alert
-from kernelwatch.store.triage_state import (
-    STATE_FILTERS,
-    Moved,
-    TriageNotFound,
-    apply_move,
-    list_regressions,
-    reset_baseline,
-    show_regression,
-)
+
+if TYPE_CHECKING:
+    from kernelwatch.store.triage_state import Moved
 
 _T = TypeVar("_T")
 
@@ -60,6 +53,8 @@ def list_command(
     """Regressions in a state (default: open), newest first."""
     if state not in STATE_FILTERS and state not in ALLOWED:
         fail(f"unknown state {state!r}; use one of {[*STATE_FILTERS, *ALLOWED]}", code=2)
+    from kernelwatch.store.triage_state import list_regressions
+
     with open_store() as conn:
         rows = list_regressions(conn, state, repository)
     if json_out:
@@ -90,6 +85,8 @@ def update(
     """Run change-point detection over a repository's stored history: store new change
     points, open one regression per culprit range, close those whose series recovered. The
     thresholds are kernelwatch.toml's ([detection], per-kernel [[thresholds]])."""
+    from kernelwatch.flows.detection import detect_and_alert
+
     config = configuration()
     with open_store(config.database) as conn:
         report = detect_and_alert(conn, repository, config.thresholds)
@@ -107,6 +104,8 @@ def update(
 @regressions_app.command()
 def show(regression_id: int, json_out: JsonOption = False) -> None:
     """One regression: the series it groups, how much each moved, and its triage history."""
+    from kernelwatch.store.triage_state import show_regression
+
     with open_store() as conn:
         detail = _guard(lambda: show_regression(conn, regression_id))
     if json_out:
@@ -181,6 +180,8 @@ def reset_baseline_command(
 ) -> None:
     """Accept an intended change: detection restarts at COMMIT and the open regressions it
     explains close as wont_fix. History is kept."""
+    from kernelwatch.store.triage_state import reset_baseline
+
     with open_store() as conn:
         moved = _guard(
             lambda: reset_baseline(conn, repository, commit, _actor(by), note, kernel=kernel)
@@ -191,6 +192,8 @@ def reset_baseline_command(
 
 
 def _move(regression_id: int, to: str, note: str, by: str | None, **fields: str | None) -> None:
+    from kernelwatch.store.triage_state import apply_move
+
     with open_store() as conn:
         moved = _guard(
             lambda: apply_move(conn, regression_id, to, _actor(by), note or None, **fields)
@@ -199,6 +202,8 @@ def _move(regression_id: int, to: str, note: str, by: str | None, **fields: str 
 
 
 def _guard(action: Callable[[], _T]) -> _T:
+    from kernelwatch.store.triage_state import TriageNotFound
+
     try:
         return action()
     except (TriageError, TriageNotFound) as exc:

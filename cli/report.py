@@ -12,10 +12,6 @@ from kernelwatch.cli.app import app
 from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
 from kernelwatch.cli.console import fail
-from kernelwatch.report.compare import comparison_from_runs
-from kernelwatch.report.html import write_compare_report, write_nightly_report, write_run_report
-from kernelwatch.report.repro import repository_sources
-from kernelwatch.store.report_queries import RunNotFound, repositories, resolve_run
 
 
 @app.command()
@@ -49,6 +45,15 @@ def report(
 ) -> None:
     """Write one self-contained HTML report (no network needed to read it) and print its
     path. Exit 2 on bad input or an unknown run, 1 when the store is unreachable."""
+    from kernelwatch.report.compare import comparison_from_runs
+    from kernelwatch.report.html import (
+        write_compare_report,
+        write_nightly_report,
+        write_run_report,
+    )
+    from kernelwatch.report.repro import repository_sources
+    from kernelwatch.store.report_queries import RunNotFound, repositories, resolve_run
+
     chosen = sum([run is not None, nightly, compare is not None])
     if chosen != 1:
         fail("choose one of --run ID, --nightly or --compare BASE HEAD", code=2)

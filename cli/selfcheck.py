@@ -1,11 +1,13 @@
-"""``kernelwatch selfcheck``: this harness next to the common alternatives on one GPU.
+"""``kernelwatch selfcheck``: whether the timing can be trusted on this GPU, in one run.
 
-Kernel code runs only in the runner child (``harness/supervise.py``); this process writes
-the report that comes back.
+Kernel code runs only in child processes (``cli/selfcheck_stages.py``); this process keeps the
+report folder current as each stage finishes.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import date
 from pathlib import Path
 from typing import Annotated
 
@@ -14,50 +16,64 @@ import typer
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import KernelOption, RepoOption, SuiteOption
 from kernelwatch.cli.console import fail, progress, stderr
+from kernelwatch.cli.selfcheck_stages import ChildBackend, SelfcheckPlan, run_selfcheck_stages
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
-from kernelwatch.harness.supervise import (
-    SelectionUnavailable,
-    SelfcheckRequest,
-    SuiteError,
-    run_selfcheck,
-)
+from kernelwatch.harness.supervise import SelectionUnavailable
+
+_STATUS_STYLE = {"pass": "green", "fail": "bold red", "incomplete": "yellow", "skipped": "dim"}
 
 
 @app.command()
 def selfcheck(
-    out: Annotated[Path, typer.Option(help="Folder for selfcheck.md.")] = Path("out/selfcheck"),
+    out: Annotated[
+        Path, typer.Option(help="Where the report folder <gpu>-<date>/ is written.")
+    ] = Path("docs/gpu"),
     kernel: KernelOption = None,
     workload: Annotated[
-        str, typer.Option(help="Workload to take one case per kernel from.")
+        str, typer.Option(help="Workload of the A/A, agreement and coverage cases.")
     ] = "llm",
     dtype: Annotated[str, typer.Option(help="Dtype of every case.")] = "bf16",
+    check_workload: Annotated[
+        str, typer.Option(help="Workload of the correctness cases.")
+    ] = "smoke",
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
     budget: Annotated[
-        float | None, typer.Option(help="Seconds of sampling per measurement.")
+        float | None,
+        typer.Option(help="Seconds of sampling per measurement and per A/A case."),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds the whole self-check may take.")] = 600.0,
+    deadline: Annotated[
+        float, typer.Option(help="Seconds the whole self-check may take, every stage included.")
+    ] = SelfcheckPlan.deadline_s,
 ) -> None:
-    """Compare this harness with triton.testing.do_bench and torch.utils.benchmark on the
-    same kernels in one process, measure A/A noise and the device's ceilings, and write a
-    markdown report to OUT/selfcheck.md. Exit 2 on bad input, 1 if the self-check failed."""
-    request = SelfcheckRequest(
+    """Settle whether the timing can be trusted on this GPU: A/A false regressions, CI
+    coverage, agreement with do_bench and torch.utils.benchmark, %SOL, event granularity,
+    clocks and throttling, bf16 correctness, and ncu when present; one pass/fail line each.
+    Writes JSON and summary.md into OUT/<gpu>-<date>/ as each stage finishes. Exit 0 when
+    every question passed, 1 when any failed or could not be settled, 2 on bad input."""
+    plan = SelfcheckPlan(
         suite=SuiteRef(suite, str(repo) if repo is not None else None),
-        kernels=tuple(kernel or ()),
-        workload=workload,
-        dtype=dtype,
-        budget_s=budget,
-        timeout_s=timeout,
+        check_workload=check_workload,
+        deadline_s=deadline,
     )
+    options = replace(plan.options, kernels=tuple(kernel or ()), workload=workload, dtype=dtype)
+    if budget is not None:
+        options = replace(options, bench=replace(options.bench, budget_s=budget))
+        plan = replace(plan, ab_options=replace(plan.ab_options, budget_s=budget))
+    plan = replace(plan, options=options)
     try:
         with progress() as bar_ui:
             bar = bar_ui.add_task("self-check", total=None)
-            report = run_selfcheck(request, lambda m: bar_ui.update(bar, description=m))
+            outcome = run_selfcheck_stages(
+                plan, ChildBackend(), out, date.today(), lambda m: bar_ui.update(bar, description=m)
+            )
     except SelectionUnavailable as exc:
         fail(str(exc), code=2)
-    except SuiteError as exc:
-        fail(str(exc), code=1)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "selfcheck.md"
-    path.write_text(report)
-    stderr.print(f"selfcheck: wrote {path}")
+    for finding in outcome.findings:
+        style = _STATUS_STYLE[finding.status]
+        stderr.print(f"[{style}]{finding.status.upper():10}[/{style}] {finding.question}: ",
+                     end="")  # fmt: skip
+        stderr.print(finding.line, markup=False, highlight=False)
+    stderr.print(f"selfcheck: wrote {outcome.folder}", markup=False, highlight=False)
+    if not outcome.settled:
+        raise typer.Exit(1)

@@ -49,7 +49,8 @@ def run_commit(
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
             return CommitOutcome(sha, "failed", error=str(exc))
         kernels = pipeline.timed_kernels(checks)
-        measurements = tasks.bench(repo, tree.path, kernels, config.bench, timeout)
+        options = pipeline.checked_options(config.bench, checks)
+        measurements = tasks.bench(repo, tree.path, kernels, options, timeout)
     records = [*builds, *checks, *measurements]
     run = pipeline.assemble(context, commit, records, started)
     if run is None:

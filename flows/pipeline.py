@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from kernelwatch.harness.supervise import (
     run_benches,
     run_checks,
 )
+from kernelwatch.harness.timing.pinning import pins_from_records
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.store.runfile import Run, RunRecord
 
@@ -93,6 +94,12 @@ def timed_kernels(checks: Iterable[CorrectnessResult]) -> tuple[str, ...]:
         good = check.verdict in ("pass", "unsupported")
         ok[check.case.kernel] = ok.get(check.case.kernel, True) and good
     return tuple(kernel for kernel, good in ok.items() if good)
+
+
+def checked_options(options: BenchOptions, checks: Iterable[CorrectnessResult]) -> BenchOptions:
+    """``options`` with every config the check verified pinned, so bench times exactly those:
+    check and bench run in separate processes, and each would otherwise autotune anew."""
+    return replace(options, pins=pins_from_records(checks), pin_source="checked")
 
 
 def bench_stage(

@@ -12,7 +12,24 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from typing import IO, Any
+
+#: The children started and not yet reaped, so that a signal ending this process can end
+#: them too (:func:`stop`).
+_LIVE: set[subprocess.Popen[bytes]] = set()
+#: The stop signal received, if any: no child starts after it.
+_STOP: list[int] = []
+
+
+class Stopped(BaseException):
+    """A stop signal (SIGTERM, SIGINT, SIGHUP) ended this process's work. Raised once the
+    records the killed children had already written are read, so none is lost."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
 
 #: Bytes of a dead child's stderr kept in its records: enough for a segfault's Python
 #: traceback after faulthandler's list of loaded extension modules (~2 KB with scipy).
@@ -20,19 +37,29 @@ STDERR_TAIL = 6000
 
 
 def spawn(
-    module: str, plan: dict[str, Any], stderr: IO[bytes], env: dict[str, str] | None = None
+    module: str,
+    plan: dict[str, Any],
+    stderr: IO[bytes],
+    env: dict[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes | None]]:
-    """Start ``python -m module`` on ``plan`` (JSON on its stdin); its stdout lines arrive on
-    the returned queue. The child leads its own process group, so ``kill`` also ends
-    whatever it started (a compiler, a kernel's helper processes)."""
+    """Start ``python -m module`` on ``plan`` (JSON on its stdin), under ``wrapper`` (a
+    profiler's command line) if given; its stdout lines arrive on the returned queue. The
+    child leads its own process group, so ``kill`` also ends whatever it started (a
+    compiler, a kernel's helper processes). Raises :class:`Stopped` after a stop signal."""
+    check_stopped()
     proc = subprocess.Popen(
-        [sys.executable, "-m", module],
+        [*wrapper, sys.executable, "-m", module],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,
         env=env,
         start_new_session=True,
     )
+    _LIVE.add(proc)
+    if _STOP:  # the signal came while it started, after stop() looked at _LIVE
+        kill(proc)
+        check_stopped()
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(plan).encode())
     proc.stdin.close()
@@ -74,10 +101,12 @@ def line_queue(stream: IO[bytes]) -> queue.Queue[bytes | None]:
 def wait(proc: subprocess.Popen[bytes]) -> int:
     """The exit code of a child that closed its output; killed if it lingers."""
     try:
-        return proc.wait(timeout=30)
+        code = proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         kill(proc)
         return proc.wait()
+    _LIVE.discard(proc)
+    return code
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -86,6 +115,30 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    _LIVE.discard(proc)
+
+
+def stop(signum: int) -> bool:
+    """A stop signal's handler calls this: kill every child this process started and has
+    not reaped, and start no other. True when there were children: their output then ends,
+    and whoever reads it raises :class:`Stopped` after the last record (:func:`check_stopped`);
+    with none, the caller raises it at once."""
+    _STOP.append(signum)
+    live = list(_LIVE)
+    for proc in live:
+        kill(proc)
+    return bool(live)
+
+
+def stop_requested() -> bool:
+    """Whether a stop signal arrived."""
+    return bool(_STOP)
+
+
+def check_stopped() -> None:
+    """Raise :class:`Stopped` if a stop signal arrived."""
+    if _STOP:
+        raise Stopped(_STOP[0])
 
 
 def tail(stderr: IO[bytes]) -> str:

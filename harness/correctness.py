@@ -130,8 +130,11 @@ def check_case(
     device: Device,
     seed: int = 0,
     software: SoftwareInfo | None = None,
+    pin: LaunchConfig | None = None,
 ) -> CorrectnessResult:
-    """Run one case and return its verdict; never raises for a kernel's own failure."""
+    """Run one case and return its verdict; never raises for a kernel's own failure.
+    ``pin`` is launched instead of letting the kernel choose (a pin file's config); the
+    record's ``config`` is the one verified, which bench then times."""
     case = CaseId(suite, spec.name, workload, dict(params), dtype)
     base = {
         "case": case,
@@ -152,7 +155,7 @@ def check_case(
         inputs = spec.make_inputs(params, torch_dtype, torch.device(device.torch_device), generator)
         _require_random(inputs)
         reference = spec.reference(_to_float64(inputs), params)
-        pinned = None if device.can_autotune else spec.pinned_config
+        pinned = pin if pin is not None or device.can_autotune else spec.pinned_config
         first, config = _launch(spec, inputs, params, pinned, float("nan"), device)
         # The second launch reuses the first one's config so that autotuning cannot pass for
         # nondeterminism.

@@ -3,10 +3,17 @@
 A spec's ``launch`` calls :meth:`CudaKernel.launch`. On a GPU the source is compiled with
 ``nvcc`` for the device's architecture (the same flags the build stage uses, so the cubin that
 runs is the cubin that was analysed), loaded with the CUDA driver API through ``ctypes`` and
-launched on torch's current stream. On the CPU there is nothing to run it on: the launch
-raises :class:`KernelUnsupported`, so its cases are reported ``unsupported`` and the kernel is
-compile-only (``kernelwatch build``). The build stage records launches instead of running
-them (``capture.py``), which needs no GPU either.
+launched on torch's current stream. Finding the compiler, hashing the source, querying the
+device and loading the module happen once per process, source, device and entry: a launch
+only packs its arguments and calls ``cuLaunchKernel``, since the harness's host-timed
+columns would otherwise carry tens of microseconds of bookkeeping. A GPU host without
+``nvcc`` loads a cubin built elsewhere with the same flags, found by the source's hash and
+the architecture in ``$KERNELWATCH_CUBIN_DIR`` (``prebuild_cubins``).
+
+On the CPU there is nothing to run it on: the launch raises :class:`KernelUnsupported`, so its
+cases are reported ``unsupported`` and the kernel is compile-only (``kernelwatch build``). The
+build stage records launches instead of running them (``capture.py``), which needs no GPU
+either.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +31,8 @@ from typing import Any
 from kernelwatch.harness.spec import KernelUnsupported
 
 CPU_REASON = "CUDA C++ kernel: compile-only without a GPU (see kernelwatch build)"
+#: Where a GPU host without nvcc finds prebuilt cubins.
+CUBIN_DIR_ENV = "KERNELWATCH_CUBIN_DIR"
 
 Dim3 = tuple[int, int, int]
 
@@ -62,13 +72,10 @@ def _launch_on_gpu(
 ) -> None:
     import torch
 
-    if shutil.which("nvcc") is None:
-        raise KernelUnsupported(
-            "CUDA C++ kernel: nvcc is not on PATH on this GPU host; install the CUDA toolkit"
-        )
     device = next(a.device for a in args if hasattr(a, "data_ptr"))
-    with torch.cuda.device(device):
-        function = _function(str(kernel.source), source_hash(kernel.source), _arch(device), entry)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(index):
+        function = _function(str(kernel.source), index, entry)
         values = [
             ctypes.c_uint64(a.data_ptr()) if hasattr(a, "data_ptr") else ctypes.c_int64(int(a))
             for a in args
@@ -76,7 +83,7 @@ def _launch_on_gpu(
         params = (ctypes.c_void_p * len(values))(
             *(ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values)
         )
-        stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+        stream = ctypes.c_void_p(torch.cuda.current_stream(index).cuda_stream)
         _check(
             _cuda().cuLaunchKernel(
                 function, *grid, *block, ctypes.c_uint(shared), stream, params, None
@@ -85,30 +92,63 @@ def _launch_on_gpu(
         )
 
 
-def _arch(device: Any) -> str:
+def _arch(device_index: int) -> str:
     import torch
 
-    major, minor = torch.cuda.get_device_capability(device)
+    major, minor = torch.cuda.get_device_capability(device_index)
     # Hopper and later need the arch-specific ("a") target for their own instructions.
     return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
 
 
-@functools.cache
-def _function(source: str, digest: str, arch: str, entry: str) -> ctypes.c_void_p:
-    """Compile, load and look up ``entry``; cached per source content, arch and entry (the
-    module stays loaded for the life of the process, as torch's own kernels do)."""
+def cubin_name(source: Path, arch: str) -> str:
+    """The file name of a prebuilt cubin: the source's SHA-256 and the architecture."""
+    return f"{source_hash(source)}-{arch}.cubin"
+
+
+def prebuild_cubins(sources: Sequence[Path], archs: Sequence[str], out_dir: Path) -> list[Path]:
+    """Compile every source for every architecture into ``out_dir`` under
+    :func:`cubin_name`, for GPU hosts without ``nvcc`` (``$KERNELWATCH_CUBIN_DIR``)."""
     from kernelwatch.harness.build.nvcc import compile_cuda
 
-    cubin = compile_cuda(Path(source), arch).cubin
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for source in sources:
+        for arch in archs:
+            path = out_dir / cubin_name(source, arch)
+            path.write_bytes(compile_cuda(source, arch).cubin)
+            written.append(path)
+    return written
+
+
+def _cubin(source: Path, arch: str) -> bytes:
+    """The cubin of ``source`` for ``arch``: compiled here with ``nvcc``, else prebuilt."""
+    if shutil.which("nvcc") is not None:
+        from kernelwatch.harness.build.nvcc import compile_cuda
+
+        return compile_cuda(source, arch).cubin
+    prebuilt = os.environ.get(CUBIN_DIR_ENV)
+    if prebuilt and (path := Path(prebuilt) / cubin_name(source, arch)).is_file():
+        return path.read_bytes()
+    raise KernelUnsupported(
+        f"CUDA C++ kernel: nvcc is not on PATH on this GPU host and ${CUBIN_DIR_ENV} has no "
+        f"{arch} cubin of {source.name}; install the CUDA toolkit or prebuild the cubins "
+        "(scripts/gpu-wheels.sh)"
+    )
+
+
+@functools.cache
+def _function(source: str, device_index: int, entry: str) -> ctypes.c_void_p:
+    """Build or find the cubin, load it and look up ``entry``: once per process, source,
+    device and entry (the module stays loaded for the life of the process, as torch's own
+    kernels do)."""
+    cubin = _cubin(Path(source), _arch(device_index))
     cuda = _cuda()
     context = ctypes.c_void_p()
     _check(cuda.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
     if not context.value:
         # torch made no context current on this thread yet: use the device's primary one.
-        import torch
-
         device = ctypes.c_int()
-        _check(cuda.cuDeviceGet(ctypes.byref(device), torch.cuda.current_device()), "cuDeviceGet")
+        _check(cuda.cuDeviceGet(ctypes.byref(device), device_index), "cuDeviceGet")
         _check(
             cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain"
         )

@@ -33,7 +33,8 @@ class Device:
     unsupported_dtypes: Mapping[str, str] = field(default_factory=dict)
 
     def synchronize(self) -> None:
-        if self.info.kind == "cuda":
+        """Wait for the work queued on the device the tensors live on."""
+        if self.torch_device.startswith("cuda"):
             import torch
 
             torch.cuda.synchronize()

@@ -271,8 +271,12 @@ class Measurement(JsonRecord, kind="measurement"):
     parallel to ``samples_ns``; the clock tuples are empty when no clock could be read.
     ``baseline_samples_ns`` and ``baseline_throttled`` are the baseline's raw samples, taken
     interleaved with the kernel's. ``config_source`` says where ``config`` came from:
-    ``autotune``, ``pin-file``, ``pinned`` (the spec's pinned config, on a device that cannot
-    autotune) or ``heuristic`` (the kernel chose without a tuning space).
+    ``autotune``, ``pin-file``, ``checked`` (the config the correctness check verified),
+    ``shared`` (an A/B's B side launching A's autotuned config), ``pinned`` (the spec's
+    pinned config, on a device that cannot autotune) or ``heuristic`` (the kernel chose
+    without a tuning space). ``sm_clock_mhz`` is the SM clock over each sample, as the GPU
+    measured it (NVML's reading where it could not); a sample is ``throttled`` when that
+    clock was below 75% of the device's maximum.
     """
 
     case: CaseId

@@ -9,11 +9,12 @@ per case ``{"event": "begin", "task": i}`` and ``{"event": "result", "task": i, 
 The plan's ``mode`` is ``check`` (correctness records), ``bench`` (measurement records; the
 plan event carries the timing method), ``ab`` (A/B records: the suite of checkout A, the
 plan's ``suite``, and of checkout B, its ``suite_b``, imported side by side, each case timed
-at both interleaved) or ``selfcheck`` (no cases: ``progress`` events, then one
-``{"event": "report", "markdown": "..."}``). A bench child that measured ceilings says
-``{"event": "carry", "key": "ceilings", "value": {...}}``; the supervisor hands carried
-values to any fresh child of the same run in the plan's ``carry``, so nothing is measured
-twice. A suite that fails to import, or a selection it cannot satisfy, ends with
+at both interleaved) or ``selfcheck`` (no cases: ``progress`` events and one
+``{"event": "stage", "name": "...", "data": {...}}`` per measurement as it finishes). A
+bench child that measured ceilings says ``{"event": "carry", "key": "ceilings", "value":
+{...}}``; the supervisor hands carried values to any fresh child of the same run in the
+plan's ``carry``, so nothing is measured twice. A suite that fails to import, or a selection
+it cannot satisfy, ends with
 ``{"event": "fatal", "kind": "suite" | "selection", "message": "..."}``.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -68,13 +70,7 @@ def main() -> int:
         suites = _load_suites(plan)
         suite = suites[0]
         if mode == "selfcheck":
-            from kernelwatch.harness.timing.selfcheck import SelfcheckOptions, run_selfcheck
-
-            options = SelfcheckOptions.from_json(plan["selfcheck"])
-            report = run_selfcheck(
-                suite, device, options, lambda m: emit({"event": "progress", "message": m})
-            )
-            emit({"event": "report", "markdown": report})
+            _selfcheck(plan, suite, device, emit)
             return 0
         tasks = _select(plan, suites)
     except SuiteLoadError as exc:
@@ -106,6 +102,40 @@ def main() -> int:
         if outcome == "error" and device.info.kind == "cuda":
             return EXIT_RESTART
     return 0
+
+
+def _selfcheck(plan: dict[str, Any], suite: Suite, device: Device, emit: Emit) -> None:
+    """The self-check's measurements, one ``stage`` event each as it finishes."""
+    from kernelwatch.harness.device import software_info
+    from kernelwatch.harness.timing.selfcheck import (
+        SelfcheckOptions,
+        device_tools,
+        run_measurements,
+    )
+    from kernelwatch.harness.timing.telemetry import open_probe
+
+    options = SelfcheckOptions.from_json(plan["selfcheck"])
+    probe = open_probe(device.info.uuid if device.info.kind == "cuda" else None)
+    run_measurements(
+        suite,
+        device,
+        software_info(),
+        options,
+        device_tools(device, probe),
+        lambda name, data: emit({"event": "stage", "name": name, "data": finite(data)}),
+        lambda message: emit({"event": "progress", "message": message}),
+    )
+
+
+def finite(data: Any) -> Any:
+    """``data`` with every NaN or infinity replaced by None: strict JSON has neither."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: finite(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(value) for value in data]
+    return data
 
 
 def _load_suites(plan: dict[str, Any]) -> list[Suite]:
@@ -161,6 +191,9 @@ def _case_runner(
     mode = plan.get("mode", "check")
     if mode == "check":
         from kernelwatch.harness.correctness import check_case
+        from kernelwatch.harness.timing.pinning import pinned_config, pins_from_json
+
+        pins = pins_from_json(plan.get("pins", {}))
 
         def check(task: Task) -> CorrectnessResult:
             return check_case(
@@ -172,6 +205,7 @@ def _case_runner(
                 device,
                 seed,
                 software,
+                pinned_config(pins, task.kernel, task.params, task.dtype),
             )
 
         return check, None

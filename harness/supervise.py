@@ -8,15 +8,15 @@ next case. Nothing already reported is lost, and no kernel code runs in this pro
 
 from __future__ import annotations
 
+import math
 import queue
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelwatch.harness.child import death, decode, kill, spawn, tail, wait
+from kernelwatch.harness.child import check_stopped, death, decode, kill, spawn, tail, wait
 from kernelwatch.harness.records import (
     ABMeasurement,
     CaseId,
@@ -28,7 +28,8 @@ from kernelwatch.harness.records import (
     read_record,
 )
 from kernelwatch.harness.suite import SuiteRef, Task
-from kernelwatch.harness.timing.request import BenchOptions
+from kernelwatch.harness.timing.pinning import Pins, pins_to_json
+from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
 
 RUNNER = "kernelwatch.harness.runner"
 
@@ -46,7 +47,13 @@ class SelectionUnavailable(ValueError):
 
 @dataclass(frozen=True)
 class CheckRequest:
-    """What to check, and how long any one case may take before it counts as hung."""
+    """What to check, and how long any one case may take before it counts as hung.
+
+    ``pins`` are configs a check launches instead of autotuning (a bench request takes its
+    own in ``options``). ``stop_at`` is a deadline on ``time.monotonic()`` for the whole
+    run: when it passes, the child is killed and the records stop, without a record for
+    the case it was in.
+    """
 
     suite: SuiteRef = field(default_factory=SuiteRef)
     kernels: Sequence[str] = ()
@@ -55,6 +62,8 @@ class CheckRequest:
     seed: int = 0
     case_timeout_s: float = 300.0
     startup_timeout_s: float = 180.0
+    pins: Pins = field(default_factory=dict)
+    stop_at: float | None = None
 
     mode = "check"
 
@@ -67,6 +76,7 @@ class CheckRequest:
             "dtypes": list(self.dtypes),
             "seed": self.seed,
             "start": start,
+            "pins": pins_to_json(self.pins),
         }
 
 
@@ -173,10 +183,13 @@ def _run_child(
         deadline = time.monotonic() + request.startup_timeout_s
         try:
             while True:
+                stop_at = request.stop_at if request.stop_at is not None else math.inf
                 try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    line = lines.get(timeout=max(0.0, min(deadline, stop_at) - time.monotonic()))
                 except queue.Empty:
                     kill(proc)
+                    if time.monotonic() >= stop_at:
+                        return None
                     if not ctx.planned:
                         raise SuiteError(
                             f"the runner produced nothing for {request.startup_timeout_s:.0f} s "
@@ -192,6 +205,7 @@ def _run_child(
                     if line is not None:
                         kill(proc)
                     code = wait(proc)
+                    check_stopped()  # killed by a stop signal: not the case's fault
                     if current is not None:
                         yield _failure(request, ctx, current, death(code), tail(stderr))
                         return current + 1
@@ -227,52 +241,54 @@ def _run_child(
 
 @dataclass(frozen=True)
 class SelfcheckRequest:
-    """A self-check: one case per kernel of ``workload`` in ``dtype``, within ``timeout_s``."""
+    """The self-check's measurements on this device (:class:`SelfcheckOptions`), stopped
+    at ``stop_at`` (``time.monotonic()``) whatever they are doing; ``wrapper`` is a command
+    line the child runs under (a profiler)."""
 
     suite: SuiteRef = field(default_factory=SuiteRef)
-    kernels: Sequence[str] = ()
-    workload: str = "llm"
-    dtype: str = "bf16"
-    budget_s: float | None = None
-    timeout_s: float = 600.0
+    options: SelfcheckOptions = field(default_factory=SelfcheckOptions)
+    stop_at: float | None = None
+    wrapper: tuple[str, ...] = ()
 
     def plan(self) -> dict[str, Any]:
-        options = {
-            "kernels": list(self.kernels),
-            "workload": self.workload,
-            "dtype": self.dtype,
-            "budget_s": self.budget_s,
+        return {
+            "mode": "selfcheck",
+            "suite": self.suite.to_json(),
+            "selfcheck": self.options.to_json(),
         }
-        return {"mode": "selfcheck", "suite": self.suite.to_json(), "selfcheck": options}
 
 
-def run_selfcheck(request: SelfcheckRequest, on_progress: Callable[[str], None]) -> str:
-    """Run the self-check in a child and return its markdown report.
+def run_selfcheck(
+    request: SelfcheckRequest, on_progress: Callable[[str], None]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Run the self-check's measurements in a child; yield ``(name, data)`` for each as it
+    finishes. At ``stop_at`` the child is killed and the iteration ends.
 
     Raises :class:`SelectionUnavailable` for a selection the suite lacks and
-    :class:`SuiteError` when the suite cannot load or the child dies or overruns.
+    :class:`SuiteError` when the suite cannot load or the child dies.
     """
     with tempfile.TemporaryFile(mode="w+b") as stderr:
-        proc, lines = spawn(RUNNER, request.plan(), stderr)
-        deadline = time.monotonic() + request.timeout_s
+        proc, lines = spawn(RUNNER, request.plan(), stderr, wrapper=request.wrapper)
+        stop_at = request.stop_at if request.stop_at is not None else math.inf
         try:
             while True:
                 try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    line = lines.get(timeout=max(0.0, min(stop_at - time.monotonic(), 1e6)))
                 except queue.Empty:
-                    raise SuiteError(
-                        f"the self-check did not finish within {request.timeout_s:.0f} s; "
-                        "pass a larger --timeout or fewer --kernel"
-                    ) from None
-                event = decode(line) if line is not None else None
-                if event is None:
-                    code = wait(proc) if line is None else -signal.SIGKILL
+                    return
+                if line is None:
+                    code = wait(proc)
+                    if code == 0:
+                        return
                     last = (tail(stderr).splitlines() or ["(empty)"])[-1]
                     raise SuiteError(f"the self-check runner {death(code)}: {last}")
+                # Anything else on stdout (a profiler wrapping the child prints its own
+                # lines there) is not an event.
+                event = decode(line) or {}
                 if event.get("event") == "progress":
                     on_progress(event["message"])
-                elif event.get("event") == "report":
-                    return event["markdown"]
+                elif event.get("event") == "stage":
+                    yield event["name"], event["data"]
                 elif event.get("event") == "fatal":
                     error = SelectionUnavailable if event["kind"] == "selection" else SuiteError
                     raise error(event["message"])

@@ -1,57 +1,34 @@
 #!/usr/bin/env bash
-# The GPU self-check: one prepared command for a machine with an NVIDIA GPU and no network
-# (the device tool's H200). That image brings python3 with torch, Triton, typer, rich and
-# nvidia-ml-py, so kernelwatch is installed without dependencies and without an index.
-# Writes to $OUT (default out/gpu-selfcheck); copy what comes back to docs/gpu/.
+# The GPU self-check in one command, on a GPU host with the pool's image (Python 3.12, torch,
+# Triton, nvidia-ml-py, typer, rich, numpy, scipy) and no network. It runs kernelwatch from the
+# wheel scripts/gpu-wheels.sh prepared in wheels/ (unpacked into a temporary folder, so the
+# host's Python is left as it was), with the CUDA C++ kernels' prebuilt cubins for a host
+# without nvcc, then `kernelwatch selfcheck`, all within 300 s: the self-check's own deadline
+# is what is left after the set-up, and `timeout` kills whatever outlives it.
 #
-# Stages, all by default, or name some: check-smoke selfcheck bench-smoke check-llm. The
-# device tool allows 10 minutes a command, and all four can take longer on a cold machine
-# (check-llm compiles every autotune config): run `selfcheck bench-smoke` and
-# `check-smoke check-llm` as two calls when time is short.
+# The report goes to docs/gpu/<gpu>-<date>/ ($OUT/<gpu>-<date>/ when $OUT is set, as on the
+# device tool): each stage's JSON, selfcheck.json and summary.md, rewritten as each stage
+# finishes. Exit status: the self-check's (0 every question passed, 1 not settled, 2 bad
+# input), 124 when the hard limit hit. Extra arguments go to `kernelwatch selfcheck`.
 set -uo pipefail
-stages="${*:-check-smoke selfcheck bench-smoke check-llm}"
-want() { [[ " $stages " == *" $1 "* ]]; }
-out="${OUT:-out/gpu-selfcheck}"
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-
-if ! python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$out/install.log" 2>&1; then
-  tail -20 "$out/install.log"
-  exit 1
+limit=300
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+wheels=(wheels/kernelwatch-*.whl)
+if [[ ! -f "${wheels[0]}" ]]; then
+  echo "gpu-selfcheck: no wheels/kernelwatch-*.whl; run scripts/gpu-wheels.sh first" >&2
+  exit 2
 fi
-{
-  nvidia-smi
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-} >"$out/env.txt" 2>&1
-
-# Every kernel, every dtype (bf16 included: on a GPU nothing is unsupported), tiny shapes.
-if want check-smoke; then
-  timeout 180 kernelwatch check --workload smoke --json >"$out/check-smoke.jsonl" 2>"$out/check-smoke.log"
-  echo "check-smoke: exit $? ($(wc -l <"$out/check-smoke.jsonl") cases)"
-  tail -1 "$out/check-smoke.log"
-fi
-# The timing harness next to do_bench and torch.utils.benchmark, A/A noise, ceilings
-# (docs/TIMING.md); under 5 minutes on one H200. Writes $out/selfcheck.md.
-if want selfcheck; then
-  timeout 330 kernelwatch selfcheck --out "$out" 2>"$out/selfcheck.log"
-  echo "selfcheck: exit $?"
-  tail -3 "$out/selfcheck.log"
-  cat "$out/selfcheck.md" 2>/dev/null
-fi
-# Every timing path on tiny shapes: events/cold with ceilings, then CUDA graphs.
-if want bench-smoke; then
-  timeout 150 kernelwatch bench --workload smoke --json --measure-ceilings \
-    >"$out/bench-smoke.jsonl" 2>"$out/bench-smoke.log"
-  echo "bench-smoke: exit $? ($(wc -l <"$out/bench-smoke.jsonl") cases)"
-  tail -2 "$out/bench-smoke.log"
-  timeout 90 kernelwatch bench --workload smoke --dtype bf16 --timer cuda-graph --json \
-    >"$out/bench-smoke-graph.jsonl" 2>"$out/bench-smoke-graph.log"
-  echo "bench-smoke (cuda-graph): exit $? ($(wc -l <"$out/bench-smoke-graph.jsonl") cases)"
-  tail -1 "$out/bench-smoke-graph.log"
-fi
-# Realistic LLM shapes, autotuned: the first run on a GPU also compiles every config.
-if want check-llm; then
-  timeout 360 kernelwatch check --workload llm --json >"$out/check-llm.jsonl" 2>"$out/check-llm.log"
-  echo "check-llm: exit $? ($(wc -l <"$out/check-llm.jsonl") cases)"
-  tail -1 "$out/check-llm.log"
-fi
+site="$(mktemp -d)"
+trap 'rm -rf "$site"' EXIT
+python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+  "${wheels[0]}" "$site" || exit 1
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export KERNELWATCH_CUBIN_DIR="$PWD/wheels/cubins"
+out="${OUT:-docs/gpu}"
+left=$((limit - SECONDS))
+timeout -k 5 $((left - 5)) python3 -m kernelwatch.cli selfcheck --out "$out" \
+  --deadline $((left - 20)) "$@"
+code=$?
+summary="$(ls -td "$out"/*/ 2>/dev/null | head -1)summary.md"
+[[ -f "$summary" ]] && cat "$summary"
+exit "$code"

@@ -17,9 +17,6 @@ from kernelwatch.analysis.triage_rules import OPEN, State, Triage, move
 
 OPEN_SQL = "(" + ", ".join(f"'{state}'" for state in sorted(OPEN)) + ")"
 
-#: ``--state`` filters beyond the states themselves.
-STATE_FILTERS = ("open", "closed", "all")
-
 
 class TriageNotFound(LookupError):
     """No regression, repository or commit by that name."""

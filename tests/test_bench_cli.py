@@ -7,6 +7,7 @@ import json
 
 from kernelwatch.harness.records import Measurement
 from kernelwatch.harness.timing.pinning import load_pins, pinned_config
+from kernelwatch.harness.timing.timers import HARNESS_VERSION
 
 _FAST = ("--budget", "0.05")
 
@@ -34,7 +35,7 @@ def test_every_case_is_a_record_with_samples_statistic_and_provenance(
         assert r.summary.n >= 10 and len(r.samples_ns) >= 10
         assert r.summary.ci_low_ns <= r.summary.median_ns <= r.summary.ci_high_ns
         assert r.summary.stop in ("converged", "budget")
-        assert r.method.label() == "cpu-perf-counter/warm/h1"
+        assert r.method.label() == f"cpu-perf-counter/warm/h{HARNESS_VERSION}"
         assert r.device.host and r.software.torch and r.software.triton and r.software.python
         assert r.sol.tflops > 0 and r.sol.gbps > 0 and r.sol.pct_sol is None
         assert r.speedup > 0 and len(r.baseline_samples_ns) == len(r.samples_ns)
@@ -96,20 +97,29 @@ def test_bad_input_exits_2_on_one_line(kernelwatch_cli, tmp_path):
     assert pins.stderr.strip().count("\n") == 0
 
 
-def test_selfcheck_writes_a_markdown_report(kernelwatch_cli, tmp_path):
+def test_selfcheck_runs_every_stage_in_child_processes_and_reports_each(kernelwatch_cli, tmp_path):
+    """On the CPU: the real stages in real children through the interpreter (the simulated
+    GPU rehearsal is tests/test_selfcheck.py). What needs CUDA is reported as not settled."""
     proc = kernelwatch_cli(
         "selfcheck",
-        *("--workload", "smoke", "--dtype", "fp16", "-k", "softmax", "-k", "rms_norm"),
+        *("--workload", "smoke", "--dtype", "fp16", "-k", "softmax"),
         *("--out", str(tmp_path), *_FAST),
     )
-    assert proc.returncode == 0, proc.stderr
-    report = (tmp_path / "selfcheck.md").read_text()
-    assert report.startswith("# kernelwatch self-check")
-    for heading in ("## Kernel times (us)", "## A/A noise", "## Ceilings"):
-        assert heading in report
-    softmax = next(line for line in report.splitlines() if line.startswith("| softmax | rows"))
-    cells = [c.strip() for c in softmax.split("|")]
-    assert float(cells[3]) > 0 and cells[7] == "n/a"  # ours measured; do_bench needs CUDA
-    assert "| rms_norm |" in report and "copy bandwidth" in report
+    assert proc.returncode == 1, proc.stderr  # do_bench and NVML need a GPU: not settled
+    (folder,) = tmp_path.iterdir()
+    report = json.loads((folder / "selfcheck.json").read_text())
+    assert list(report["stages"]) == ["measurements", "correctness", "aa", "ncu"]
+    findings = {f["key"]: f for f in report["findings"]}
+    (row,) = json.loads((folder / "agreement.json").read_text())["rows"]
+    assert row["ours"]["median_ns"] > 0 and row["do_bench_ns"] is None  # do_bench needs CUDA
+    assert findings["correctness"]["line"].startswith("4/4 (100.0%) fp16 cases pass")
+    assert findings["correctness"]["status"] == "fail"  # no CUDA C++ kernel selected
+    assert findings["ncu"]["status"] == "skipped"
+    aa = json.loads((folder / "aa.json").read_text())
+    assert aa["planned"] == len(aa["cases"]) == 4
+    assert {c["status"] for c in aa["cases"]} == {"ok"}
+    summary = (folder / "summary.md").read_text()
+    assert summary.startswith("# kernelwatch GPU self-check:")
+    assert "## Kernel times (us)" in summary and "## Ceilings" in summary
     bad = kernelwatch_cli("selfcheck", "-k", "nope", "--out", str(tmp_path))
     assert bad.returncode == 2 and "unknown kernel 'nope'" in bad.stderr

@@ -12,12 +12,14 @@ from scipy.stats import binom
 from kernelwatch.harness.timing.sampling import (
     BUDGET,
     CONVERGED,
+    RESOLUTION,
     TIMEOUT,
     Sample,
     StopRule,
     ci_rank,
     collect,
     median_ci,
+    quantum,
     summarize,
     warm_up,
 )
@@ -183,3 +185,29 @@ def test_a_noisy_arm_keeps_both_arms_sampling_to_the_budget():
     result = collect([quiet, noisy], rule, lambda: clock[0], lambda s: None)
     a, b = result.arms
     assert result.stop == BUDGET and len(a) == len(b) == 50  # 0.1 s of 2 ms rounds
+
+
+def test_quantised_samples_are_never_reported_converged():
+    """A ~1 us kernel timed with 0.5 us events: nine readings of 1.0 us in ten, one of 1.5 us.
+    The order statistics tie, so the plain CI has zero width; the reported one covers half a
+    step either side and the stop says the resolution, not the noise, bounds it."""
+    clock = FakeClock()
+    times = [1000.0] * 9 + [1500.0]
+    rule = StopRule(min_samples=10, min_time_s=0.0, target_rel_ci=0.005, budget_s=0.01)
+    result = collect([sampler(clock, times)], rule, clock, lambda s: None, resolution_ns=500.0)
+    assert result.stop == RESOLUTION
+    assert len(result.arms[0]) == 10  # more samples would not narrow it: no budget wasted
+    summary = summarize(result.arms[0], result.stop, resolution_ns=result.resolution_ns)
+    assert summary.median_ns == 1000.0
+    assert (summary.ci_low_ns, summary.ci_high_ns) == (750.0, 1250.0)
+    assert summary.rel_ci_halfwidth == pytest.approx(0.25)
+
+
+def test_all_equal_samples_take_the_timer_resolution_as_their_step():
+    values = [2000.0] * 20
+    assert quantum(values, 500.0) == 500.0
+    assert quantum(values) == 0.0  # a resolution nobody stated is not invented
+    summary = summarize([Sample(v) for v in values], RESOLUTION, resolution_ns=500.0)
+    assert (summary.ci_low_ns, summary.ci_high_ns) == (1750.0, 2250.0)
+    # continuous-looking samples are left alone
+    assert quantum([1000.0 + i for i in range(10)], 500.0) == 0.0

@@ -1,12 +1,21 @@
-"""NVML telemetry through a fake NVML module: readings, throttle flags, and never a crash."""
+"""NVML telemetry through a fake NVML module: readings, throttling judged by the SM clock,
+reasons kept as information, and never a crash."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import itertools
+
+from fakegpu import (
+    NVMLError,
+    NVMLError_FunctionNotFound,
+    NVMLLibraryMismatchError,
+    fake_nvml,
+    raising,
+)
 
 from kernelwatch.harness.timing.sampling import Sample
 from kernelwatch.harness.timing.telemetry import (
-    THROTTLE_MASK,
+    ClockPolicy,
     NullProbe,
     State,
     describe_reasons,
@@ -15,101 +24,130 @@ from kernelwatch.harness.timing.telemetry import (
     sampled,
     summarize_telemetry,
 )
+from kernelwatch.harness.timing.timers import Timed
 
 
-class NVMLError(Exception):
-    pass
-
-
-def fake_nvml(reasons=(0,), missing=(), init_fails=False, processes=2):
-    """A stand-in for ``pynvml`` returning scripted readings."""
-    reasons = iter(reasons)
-    opened = []
-
-    def unsupported_if_missing(name, value):
-        def call(handle, *args):
-            if name in missing:
-                raise NVMLError(f"{name} not supported")
-            return value(handle, *args) if callable(value) else value
-
-        return call
-
-    def init():
-        if init_fails:
-            raise NVMLError("driver not loaded")
-
-    def by_uuid(uuid):
-        opened.append(uuid)
-        return "handle"
-
-    return SimpleNamespace(
-        NVMLError=NVMLError,
-        NVML_CLOCK_SM=1,
-        NVML_CLOCK_MEM=2,
-        NVML_TEMPERATURE_GPU=0,
-        nvmlInit=init,
-        nvmlDeviceGetHandleByUUID=by_uuid,
-        nvmlDeviceGetClockInfo=unsupported_if_missing(
-            "clocks", lambda h, which: 1980 if which == 1 else 3201
-        ),
-        nvmlDeviceGetCurrentClocksEventReasons=unsupported_if_missing(
-            "reasons", lambda h: next(reasons)
-        ),
-        nvmlDeviceGetTemperature=unsupported_if_missing("temperature", 41),
-        nvmlDeviceGetPowerUsage=unsupported_if_missing("power", 350_500),
-        nvmlDeviceGetComputeRunningProcesses=unsupported_if_missing(
-            "processes", [object()] * processes
-        ),
-        opened=opened,
-    )
-
-
-def test_throttle_bits():
-    assert THROTTLE_MASK == 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-    for bit in (0x4, 0x8, 0x20, 0x40, 0x80):
-        assert is_throttled(bit) and is_throttled(bit | 0x1)
-    for benign in (0, 0x1, 0x2, 0x10, 0x1 | 0x2 | 0x10):
-        assert not is_throttled(benign)
-    assert not is_throttled(None)
+def test_throttling_is_the_sm_clock_below_three_quarters_of_the_maximum():
+    assert not is_throttled(1980.0, 1980.0)
+    assert not is_throttled(1500.0, 1980.0)  # 76%: slower, but nvbench keeps it too
+    assert is_throttled(1400.0, 1980.0)
+    assert not is_throttled(None, 1980.0) and not is_throttled(1000.0, None)
     assert describe_reasons(0x24) == "sw-power-cap,sw-thermal-slowdown"
+    assert describe_reasons(0x3) == "gpu-idle,applications-clocks"
 
 
-def test_probe_reads_by_uuid_and_flags_throttled_samples():
-    nvml = fake_nvml(reasons=(0x1, 0x20, 0x0))
+def test_the_power_cap_bit_alone_does_not_drop_a_sample():
+    """H100s and H200s run compute-bound work at their software power cap (0x4) at nearly
+    full clock: such a sample counts, its reason kept as information; a sample whose clock
+    fell to 1200 of 1980 MHz is throttled, whatever the bits say."""
+    clocks = iter([1900.0, 1900.0, 1200.0, 1200.0])
+    nvml = fake_nvml(sm_clock=lambda: next(clocks), reasons=lambda: 0x4)
+    probe = open_probe("8d1f-aa", nvml)
+    arm = sampled(lambda: Timed(1000.0), probe)
+    capped, slow = arm(), arm()
+    assert not capped.throttled and capped.throttle_reasons == 0x4
+    assert slow.throttled and slow.sm_clock_mhz == 1200.0
+
+
+def test_the_clock_the_gpu_measured_decides_over_nvmls_snapshot():
+    probe = open_probe("GPU-1", fake_nvml(sm_clock=lambda: 1980.0))
+    sample = sampled(lambda: Timed(1000.0, sm_clock_mhz=1100.0), probe)()
+    assert sample.throttled and sample.sm_clock_mhz == 1100.0
+
+
+def test_reasons_are_read_over_the_sample_not_once_after_it():
+    """A hardware slowdown in force when the sample started and cleared by the time it ended
+    is still the sample's."""
+    ran = []
+
+    def take() -> Timed:
+        ran.append(True)
+        return Timed(1000.0)
+
+    probe = open_probe("GPU-1", fake_nvml(reasons=lambda: 0x0 if ran else 0x8))
+    assert sampled(take, probe)().throttle_reasons == 0x8
+
+
+def test_probe_reads_by_uuid_and_summarises():
+    nvml = fake_nvml(reasons=lambda: 0x1)
     probe = open_probe("8d1f-aa", nvml)
     assert probe.available and nvml.opened == ["GPU-8d1f-aa"]
-    arm = sampled(lambda: 1000.0, probe)
-    samples = [arm(), arm(), arm()]
-    assert [s.throttled for s in samples] == [False, True, False]
-    assert samples[1] == Sample(1000.0, 1980.0, 3201.0, 0x20, True)
+    assert probe.max_sm_clock_mhz == 1980.0
+    samples = [sampled(lambda: Timed(1000.0), probe)() for _ in range(3)]
+    assert samples[0] == Sample(1000.0, 1980.0, 3201.0, 0x1, False)
     state = probe.state()
-    assert state == State(41.0, 350.5, 1)  # this process is one of the two
+    assert state == State(41.0, 350.5, 0)  # this process is the only one
     telemetry = summarize_telemetry(True, samples, [state, State(44.0, 300.0, 0)])
-    assert telemetry.throttle_reasons == 0x21
+    assert telemetry.throttle_reasons == 0x1
     assert (telemetry.sm_clock_mhz, telemetry.mem_clock_mhz) == (1980.0, 3201.0)
-    assert (telemetry.temperature_c, telemetry.power_w, telemetry.other_processes) == (
-        44.0,
-        350.5,
-        1,
+    assert (telemetry.temperature_c, telemetry.power_w) == (44.0, 350.5)
+    assert probe.policy() == ClockPolicy(1980.0, 700.0, True, None, None)
+
+
+def test_a_driver_without_the_event_reasons_symbol_falls_back_to_the_old_name():
+    """pynvml always has ``nvmlDeviceGetCurrentClocksEventReasons``; on an older driver
+    calling it raises FunctionNotFound, which used to turn reasons off in silence."""
+    nvml = fake_nvml(
+        nvmlDeviceGetCurrentClocksEventReasons=raising(NVMLError_FunctionNotFound),
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0x4,
     )
+    probe = open_probe("GPU-1", nvml)
+    assert probe.read().throttle_reasons == 0x4
+    assert probe.read().throttle_reasons == 0x4
+
+
+def test_a_library_mismatch_is_unknown_not_a_crash():
+    """pynvml's NVMLLibraryMismatchError is not an NVMLError."""
+    nvml = fake_nvml(
+        nvmlDeviceGetComputeRunningProcesses=raising(NVMLLibraryMismatchError),
+        nvmlDeviceGetMaxClockInfo=raising(NVMLLibraryMismatchError),
+    )
+    probe = open_probe("GPU-1", nvml)
+    assert probe.state().other_processes is None
+    assert probe.max_sm_clock_mhz is None
+    assert not sampled(lambda: Timed(5.0, 100.0), probe)().throttled  # no reference: unknown
+    broken_init = fake_nvml(nvmlInit=raising(NVMLLibraryMismatchError))
+    assert isinstance(open_probe("GPU-1", broken_init), NullProbe)
+
+
+def test_a_mig_slice_is_found_by_its_mig_uuid():
+    nvml = fake_nvml(uuids=("MIG-5e2c-77",))
+    probe = open_probe("5e2c-77", nvml)
+    assert probe.available
+    assert nvml.opened == ["GPU-5e2c-77", "MIG-5e2c-77"]
 
 
 def test_unsupported_queries_are_unknown_not_errors():
-    probe = open_probe("GPU-1", fake_nvml(missing=("clocks", "reasons", "temperature", "power")))
-    reading = probe.read()
-    assert (reading.sm_clock_mhz, reading.mem_clock_mhz, reading.throttle_reasons) == (
-        None,
-        None,
-        None,
+    unsupported = raising(NVMLError)
+    probe = open_probe(
+        "GPU-1",
+        fake_nvml(
+            nvmlDeviceGetClockInfo=unsupported,
+            nvmlDeviceGetCurrentClocksEventReasons=unsupported,
+            nvmlDeviceGetTemperature=unsupported,
+            nvmlDeviceGetPowerUsage=unsupported,
+        ),
     )
-    assert probe.state() == State(None, None, 1)
-    assert not sampled(lambda: 5.0, probe)().throttled
-    assert open_probe("GPU-1", fake_nvml(processes=0)).state().other_processes is None
+    reading = probe.read()
+    assert (reading.sm_clock_mhz, reading.mem_clock_mhz, reading.throttle_reasons) == (None,) * 3
+    assert probe.state() == State(None, None, 0)
+    assert not sampled(lambda: Timed(5.0), probe)().throttled
+    empty = fake_nvml(nvmlDeviceGetComputeRunningProcesses=lambda h: [])
+    assert open_probe("GPU-1", empty).state().other_processes is None
 
 
 def test_no_nvml_means_unknown_telemetry():
-    assert isinstance(open_probe("GPU-1", fake_nvml(init_fails=True)), NullProbe)
+    assert isinstance(open_probe("GPU-1", fake_nvml(nvmlInit=raising(NVMLError))), NullProbe)
+    assert isinstance(open_probe("GPU-1", fake_nvml(uuids=())), NullProbe)
     assert isinstance(open_probe(None), NullProbe)
     telemetry = summarize_telemetry(False, [Sample(1.0)], [NullProbe().state()])
     assert telemetry.available is False and telemetry.sm_clock_mhz is None
     assert NullProbe().read().throttle_reasons is None
+    assert NullProbe().policy() == ClockPolicy()
+
+
+def test_readings_are_taken_before_and_after_every_sample():
+    calls = itertools.count()
+    probe = open_probe("GPU-1", fake_nvml(sm_clock=lambda: 1000.0 + next(calls)))
+    sample = sampled(lambda: Timed(5.0), probe)()
+    assert sample.sm_clock_mhz == 1000.0  # the lower of the two

@@ -7,24 +7,29 @@ import time
 import pytest
 
 from kernelwatch.harness.timing.timers import (
+    BACKLOG_WINDOW,
     DEFAULT_FLUSH_BYTES,
+    FALLBACK_MAX_SM_CLOCK_MHZ,
+    HARNESS_VERSION,
     MAX_BACKLOG_NS,
     MAX_GRAPH_LAUNCHES,
     MIN_BACKLOG_NS,
+    Backlog,
     CpuTimer,
     flush_bytes,
     graph_launches,
     make_timer,
-    next_backlog_ns,
     resolve_method,
+    spin_cycles,
 )
 
 
 def test_cpu_timer_measures_the_call():
-    sample = CpuTimer().bind(lambda: time.sleep(0.002))
-    ns = sample()
-    assert 2e6 <= ns < 5e7
-    assert CpuTimer.method.label() == "cpu-perf-counter/warm/h1"
+    sampler = CpuTimer().bind(lambda: time.sleep(0.002))
+    timed = sampler.take()
+    assert 2e6 <= timed.ns < 5e7 and timed.sm_clock_mhz is None
+    assert sampler.resolution_ns == 1.0
+    assert CpuTimer.method.label() == f"cpu-perf-counter/warm/h{HARNESS_VERSION}"
 
 
 def test_flush_is_twice_the_l2_or_a_safe_default():
@@ -32,11 +37,25 @@ def test_flush_is_twice_the_l2_or_a_safe_default():
     assert flush_bytes(None) == DEFAULT_FLUSH_BYTES >= 2 * 126_000_000
 
 
-def test_backlog_grows_to_twice_the_host_enqueue_and_is_bounded():
-    assert next_backlog_ns(MIN_BACKLOG_NS, 1_000.0) == MIN_BACKLOG_NS
-    assert next_backlog_ns(MIN_BACKLOG_NS, 40_000.0) == 80_000.0
-    assert next_backlog_ns(80_000.0, 10_000.0) == 80_000.0  # never shrinks
-    assert next_backlog_ns(80_000.0, 1e9) == MAX_BACKLOG_NS
+def test_backlog_follows_twice_the_recent_host_enqueues_within_bounds():
+    backlog = Backlog()
+    assert backlog.spin_ns() == MIN_BACKLOG_NS
+    backlog.observe(1_000.0)
+    assert backlog.spin_ns() == MIN_BACKLOG_NS
+    backlog.observe(40_000.0)
+    assert backlog.spin_ns() == 80_000.0
+    for _ in range(BACKLOG_WINDOW - 1):
+        backlog.observe(10_000.0)
+    assert backlog.spin_ns() == 80_000.0  # the slow enqueue is still among the recent ones
+    backlog.observe(10_000.0)
+    assert backlog.spin_ns() == MIN_BACKLOG_NS  # ...and now it has aged out
+    backlog.observe(1e9)
+    assert backlog.spin_ns() == MAX_BACKLOG_NS
+
+
+def test_spin_cycles_use_the_maximum_clock_or_err_long():
+    assert spin_cycles(50_000.0, 1980.0) == 99_000  # 50 us at the boost clock
+    assert spin_cycles(50_000.0, None) == 50 * FALLBACK_MAX_SM_CLOCK_MHZ
 
 
 def test_graph_holds_enough_launches_to_dwarf_event_resolution():
@@ -75,4 +94,4 @@ def test_impossible_methods_are_refused_with_what_to_do(kind, timer, l2, message
 
 
 def test_make_timer_on_the_cpu():
-    assert isinstance(make_timer("cpu", "auto", None, None), CpuTimer)
+    assert isinstance(make_timer("cpu", "auto", None, None, None), CpuTimer)

@@ -19,7 +19,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS
-from kernelwatch.harness.child import death, decode, kill, spawn, tail, wait
+from kernelwatch.harness.child import (
+    check_stopped,
+    death,
+    decode,
+    kill,
+    spawn,
+    stop_requested,
+    tail,
+    wait,
+)
 from kernelwatch.harness.records import BuildMetrics
 from kernelwatch.harness.suite import SuiteRef
 
@@ -109,6 +118,7 @@ def run_build(
                 records[event[1]] = event[2]
                 if on_record is not None:
                     on_record(event[2])
+    check_stopped()  # the workers stopped on a stop signal: what was built is reported
     if fatal is not None:
         raise BuildFailed(fatal)
     if len(plans) != 1:
@@ -124,7 +134,7 @@ def _worker(
 ) -> None:
     done: set[int] = set()
     try:
-        while _run_child(request, worker, env, done, events):
+        while not stop_requested() and _run_child(request, worker, env, done, events):
             pass
     finally:
         events.put(("done",))
@@ -161,6 +171,8 @@ def _run_child(
                     if line is not None:
                         kill(proc)
                     code = wait(proc)
+                    if stop_requested():  # killed by a stop signal: not the build's fault
+                        return False
                     if current is not None:
                         reason = f"the build process {death(code)} while compiling"
                         _fail(current, reason, tail(stderr), done, events)

@@ -4,7 +4,10 @@ Runs in the runner child, with both commits' suites imported side by side
 (``suite.load_suite_isolated``). For each case: A's fresh seeded inputs, shared by both
 sides; one launch of each side that fixes its config, whose outputs must be finite (a NaN
 or Inf output is that case's error, as the correctness check would call it); then A and B
-sampled alternately through one timer (``timing.time_arms``).
+sampled alternately through one timer (``timing.time_arms``). B launches the config A's
+autotuner chose when B's tuning space has it (``config_source`` ``shared``): two autotuning
+runs that pick different configs in a near tie would otherwise read as a code change. When
+B's space lacks it, B tunes itself and the verdict says the configs differed.
 Each side becomes a full :class:`Measurement` built exactly as ``bench`` builds one, so
 the flows can store each in its own commit's run.
 """
@@ -26,10 +29,11 @@ from kernelwatch.harness.suite import Task
 from kernelwatch.harness.timing.case import BenchSession, Prepared, prepare
 from kernelwatch.harness.timing.pinning import pinned_config
 from kernelwatch.harness.timing.sampling import Collected, Sample
-from kernelwatch.harness.timing.timers import time_arms
 
 #: The sides, in the order they are sampled.
 SIDES = ("A", "B")
+#: ``config_source`` of a B side launching the config A's autotuner chose.
+SHARED = "shared"
 
 
 class ABSession(BenchSession):
@@ -50,19 +54,14 @@ class ABSession(BenchSession):
         start = time.perf_counter()
         stage = "A"
         try:
-            time.sleep(self.resolved.cool_down_s)
             pin = pinned_config(self.options.pins, task.kernel, task.params, task.dtype)
-            first = _prepare_finite(spec_a, case, self.device, seed, pin, None)
+            source = self.options.pin_source
+            first = _prepare_finite(spec_a, case, self.device, seed, pin, None, source)
             stage = "B"
-            second = _prepare_finite(spec_b, case, self.device, seed, pin, first.inputs)
+            b_pin, b_source = (pin, source) if pin is not None else _shared(first, spec_b)
+            second = _prepare_finite(spec_b, case, self.device, seed, b_pin, first.inputs, b_source)
             stage = "A/B timing"
-            collected, states = time_arms(
-                [first.kernel, second.kernel],
-                self.timer,
-                self.probe,
-                self.resolved.rule,
-                self.resolved.warmup_s,
-            )
+            collected, states = self.time([first.kernel, second.kernel])
         except KernelUnsupported as exc:
             return ABMeasurement(status="unsupported", reason=f"{stage}: {exc}", **common)
         except Exception as exc:  # a kernel's failure is a record, not a crash of the run
@@ -112,6 +111,13 @@ def _case(suite: str, task: Task) -> CaseId:
     return CaseId(suite, task.kernel, task.workload, dict(task.params), task.dtype)
 
 
+def _shared(first: Prepared, spec_b: KernelSpec) -> tuple[LaunchConfig | None, str]:
+    """B's pin: the config A's autotuner chose, when B's tuning space has it; else none."""
+    if first.config_source == "autotune" and first.config in spec_b.configs:
+        return first.config, SHARED
+    return None, "pin-file"
+
+
 def _prepare_finite(
     spec: KernelSpec,
     case: CaseId,
@@ -119,11 +125,14 @@ def _prepare_finite(
     seed: int,
     pin: LaunchConfig | None,
     inputs: Mapping[str, Any] | None,
+    pin_source: str,
 ) -> Prepared:
-    """``bench.prepare`` on ``spec``, then refuse outputs of its config-fixing launch that
+    """``case.prepare`` on ``spec``, then refuse outputs of its config-fixing launch that
     hold NaN or Inf: timing a kernel that computes garbage would read like a measurement."""
     made: list[Mapping[str, torch.Tensor]] = []
-    prepared = prepare(_keeping_outputs(spec, made.append), case, device, seed, pin, inputs)
+    prepared = prepare(
+        _keeping_outputs(spec, made.append), case, device, seed, pin, inputs, pin_source
+    )
     for name, out in made[0].items():
         bad = int((~torch.isfinite(out)).sum()) if out.is_floating_point() else 0
         if bad:

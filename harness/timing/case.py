@@ -2,8 +2,9 @@
 
 Runs in the runner child (kernel code is imported only there). For each case: fresh seeded
 inputs, one launch that fixes the config (the autotuner's choice, a pin, or the spec's
-pinned config), then the kernel and the baseline sampled alternately through the same timer
-until the stopping rule is met. The record keeps every raw sample with its clocks and
+pinned config), a cool-down (after that launch: autotuning runs the GPU at full load), then
+the kernel and the baseline sampled alternately through the same timer until the stopping
+rule is met. The record keeps every raw sample with its clocks and
 throttle flag, the statistic over unthrottled samples, telemetry, speed-of-light and the
 speedup over the baseline; a failure is a record, never an exception.
 """
@@ -40,7 +41,13 @@ from kernelwatch.harness.timing.roofline import (
     speed_of_light,
     with_ceilings,
 )
-from kernelwatch.harness.timing.sampling import TIMEOUT, Collected, Sample, StopRule, summarize
+from kernelwatch.harness.timing.sampling import (
+    TIMEOUT,
+    Collected,
+    Sample,
+    StopRule,
+    summarize_collected,
+)
 from kernelwatch.harness.timing.telemetry import (
     Probe,
     State,
@@ -69,9 +76,11 @@ def prepare(
     seed: int,
     pin: LaunchConfig | None,
     inputs: Mapping[str, Any] | None = None,
+    pin_source: str = "pin-file",
 ) -> Prepared:
     """Make the case's inputs (or reuse ``inputs``), launch once to fix the config, and
-    return launches that repeat exactly that config (no autotuning inside a timed region)."""
+    return launches that repeat exactly that config (no autotuning inside a timed region).
+    ``pin_source`` says where ``pin`` came from (``Measurement.config_source``)."""
     params = case.params
     if inputs is None:
         generator = torch.Generator(device=device.torch_device)
@@ -81,7 +90,7 @@ def prepare(
         )
     outputs = spec.make_outputs(inputs, params)
     if pin is not None:
-        requested, source = pin, "pin-file"
+        requested, source = pin, pin_source
     elif not device.can_autotune and spec.pinned_config is not None:
         requested, source = spec.pinned_config, "pinned"
     else:
@@ -99,7 +108,8 @@ def prepare(
 
 
 class BenchSession:
-    """Everything a run shares across cases: the device, timer, NVML probe and roofline."""
+    """Everything a run shares across cases: the device, timer, NVML probe and roofline.
+    ``clock`` and ``sleep`` are the host's (a simulated GPU's in the tests)."""
 
     def __init__(
         self,
@@ -108,6 +118,8 @@ class BenchSession:
         software: SoftwareInfo,
         timer: Timer,
         probe: Probe,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.device = device
         self.options = options
@@ -115,20 +127,38 @@ class BenchSession:
         self.software = software
         self.timer = timer
         self.probe = probe
+        self.clock = clock
+        self.sleep = sleep
         self.ceilings: Ceilings | None = options.ceilings
 
     @classmethod
     def open(cls, device: Device, options: BenchOptions, software: SoftwareInfo) -> BenchSession:
         """Build the timer, the probe and the roofline for ``device``, measuring ceilings
-        first when asked to (and not handed them by an earlier child of the same run).
-        Raises ValueError for a timer or L2 state the device cannot do."""
+        first when asked to (and not handed them by an earlier child of the same run); a
+        ceiling that cannot be measured is left out, never fatal. Raises ValueError for a
+        timer or L2 state the device cannot do."""
         info = device.info
-        timer = make_timer(info.kind, options.timer, options.l2, info.l2_bytes)
         probe = open_probe(info.uuid if info.kind == "cuda" else None)
+        timer = make_timer(
+            info.kind, options.timer, options.l2, info.l2_bytes, probe.max_sm_clock_mhz
+        )
         session = cls(device, options, software, timer, probe)
         if session.ceilings is None and options.measure_ceilings:
-            session.ceilings = measure_ceilings(device, timer, probe, session.resolved)
+            session.ceilings = measure_ceilings(device, lambda fn: session.time([fn])[0])
         return session
+
+    def time(self, launches: list[Callable[[], object]]) -> tuple[Collected, list[State]]:
+        """Cool down, then sample ``launches`` interleaved under the run's stopping rule."""
+        self.sleep(self.resolved.cool_down_s)
+        return time_arms(
+            launches,
+            self.timer,
+            self.probe,
+            self.resolved.rule,
+            self.resolved.warmup_s,
+            self.clock,
+            self.sleep,
+        )
 
     @property
     def method(self) -> Method:
@@ -160,16 +190,13 @@ class BenchSession:
         start = time.perf_counter()
         config = None
         try:
-            time.sleep(self.resolved.cool_down_s)
             pin = pinned_config(self.options.pins, spec.name, params, dtype)
-            prepared = prepare(spec, case, self.device, seed, pin)
+            prepared = prepare(spec, case, self.device, seed, pin, None, self.options.pin_source)
             config = prepared.config
             launches = [prepared.kernel]
             if self.options.baseline:
                 launches.append(prepared.baseline)
-            collected, states = time_arms(
-                launches, self.timer, self.probe, self.resolved.rule, self.resolved.warmup_s
-            )
+            collected, states = self.time(launches)
         except KernelUnsupported as exc:
             return Measurement(status="unsupported", reason=str(exc), config=config, **base)
         except Exception as exc:  # a kernel's failure is a record, not a crash of the run
@@ -196,9 +223,11 @@ class BenchSession:
     ) -> Measurement:
         samples = collected.arms[0]
         rule = self.resolved.rule
-        summary = summarize(samples, collected.stop, rule.confidence)
+        summary = summarize_collected(collected, 0, rule.confidence)
         baseline_samples = collected.arms[1] if len(collected.arms) > 1 else ()
-        baseline_summary = summarize(baseline_samples, collected.stop) if baseline_samples else None
+        baseline_summary = (
+            summarize_collected(collected, 1, rule.confidence) if baseline_samples else None
+        )
         sol = speedup = None
         if summary is not None:
             sol = speed_of_light(
@@ -237,22 +266,32 @@ def _verdict(
 ) -> tuple[str, str]:
     """``ok`` with an empty reason, ``ok`` with a reason when throttling left too few
     samples before the timeout, or ``error`` when every sample was throttled."""
-    reasons = 0
-    for s in samples:
-        if s.throttled and s.throttle_reasons is not None:
-            reasons |= s.throttle_reasons
+    throttled = [s for s in samples if s.throttled]
+    why = _throttling(throttled)
     if summary is None:
         return "error", (
-            f"all {len(samples)} samples were taken while the GPU throttled "
-            f"({describe_reasons(reasons)}); let it cool down and re-run"
+            f"all {len(samples)} samples were taken while the GPU throttled ({why}); "
+            "let it cool down and re-run"
         )
     if stop == TIMEOUT:
         return "ok", (
             f"only {summary.n} of {len(samples)} samples unthrottled "
-            f"({describe_reasons(reasons) or 'none throttled'}) when the {rule.timeout_s:g} s "
+            f"({why if throttled else 'none throttled'}) when the {rule.timeout_s:g} s "
             f"timeout hit; the statistic rests on fewer than {rule.min_samples}"
         )
     return "ok", ""
+
+
+def _throttling(throttled: list[Sample]) -> str:
+    """``SM clock down to 1105 MHz; reasons sw-power-cap,hw-slowdown``."""
+    clocks = [s.sm_clock_mhz for s in throttled if s.sm_clock_mhz is not None]
+    reasons = 0
+    for s in throttled:
+        reasons |= s.throttle_reasons or 0
+    parts = [f"SM clock down to {min(clocks):.0f} MHz"] if clocks else []
+    if reasons:
+        parts.append(f"reasons {describe_reasons(reasons)}")
+    return "; ".join(parts) or "clock below the threshold"
 
 
 def _clocks(values: list[float | None]) -> tuple[float, ...]:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kernelwatch.harness.records import LaunchConfig, Measurement
+from kernelwatch.harness.records import CorrectnessResult, LaunchConfig, Measurement
 
 #: kernel -> case key -> config, as read from a pin file.
 Pins = Mapping[str, Mapping[str, LaunchConfig]]
@@ -103,11 +103,19 @@ def _words(params: Mapping[str, object]) -> set[str]:
     return {f"{name}={value}" for name, value in params.items()}
 
 
-def pins_from_records(records: Iterable[Measurement]) -> dict[str, dict[str, LaunchConfig]]:
-    """A pin mapping holding the config of every measured case, keyed by case and dtype."""
+def pins_from_records(
+    records: Iterable[Measurement | CorrectnessResult],
+) -> dict[str, dict[str, LaunchConfig]]:
+    """A pin mapping holding the config of every measured or passed case, keyed by case and
+    dtype: from a check's records, the configs it verified, for bench to time."""
     pins: dict[str, dict[str, LaunchConfig]] = {}
     for record in records:
-        if record.config is not None and record.status == "ok":
+        good = (
+            record.verdict == "pass"
+            if isinstance(record, CorrectnessResult)
+            else record.status == "ok"
+        )
+        if record.config is not None and good:
             key = f"{record.case.label()} / {record.case.dtype}"
             pins.setdefault(record.case.kernel, {})[key] = record.config
     return pins

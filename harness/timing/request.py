@@ -1,4 +1,5 @@
-"""What a bench run asks for: timer, L2 state, stopping rule, budgets, pins, ceilings.
+"""What a bench run asks for (timer, L2 state, stopping rule, budgets, pins, ceilings), and
+what the GPU self-check measures.
 
 Plain data that crosses the process boundary as JSON (the parent builds it, the runner
 child acts on it), so this module imports neither torch nor Triton. Budgets left None take
@@ -45,7 +46,9 @@ DEVICE_DEFAULTS: dict[str, dict[str, float]] = {
 @dataclass(frozen=True)
 class BenchOptions:
     """A bench request (docs/TIMING.md). Budgets left unset take the device's defaults
-    (``DEVICE_DEFAULTS``)."""
+    (``DEVICE_DEFAULTS``). ``pin_source`` says where ``pins`` came from: ``pin-file`` (a
+    person's), or ``checked`` (the configs the correctness check verified, so bench times
+    exactly those)."""
 
     timer: str = "auto"
     """``auto``, ``cuda-events``, ``cuda-graph`` or ``cpu-perf-counter``."""
@@ -71,6 +74,7 @@ class BenchOptions:
     measure_ceilings: bool = False
     ceilings: Ceilings | None = None
     pins: Pins = field(default_factory=dict)
+    pin_source: str = "pin-file"
 
     def resolved(self, kind: str) -> ResolvedOptions:
         """Fill every budget left None with the defaults of a ``kind`` device."""
@@ -112,3 +116,36 @@ class ResolvedOptions:
     rule: StopRule
     warmup_s: float
     cool_down_s: float
+
+
+@dataclass(frozen=True)
+class SelfcheckOptions:
+    """What the self-check measures on the device. ``kernels`` empty: all.
+    ``workload``/``dtype``: where agreement, coverage and granularity take their cases;
+    ``sol_kernel``/``sol_case``: the large memory-bound case; ``coverage_kernels``: whose
+    middle case is repeated ``repeats`` times; ``bench``: how each measurement samples (its
+    budgets left None take the device's defaults); ``steps``: only these measurements
+    (empty: all; ``device`` always comes first)."""
+
+    kernels: tuple[str, ...] = ()
+    workload: str = "llm"
+    dtype: str = "bf16"
+    bench: BenchOptions = field(default_factory=lambda: BenchOptions(baseline=False))
+    sol_kernel: str = "silu_and_mul"
+    sol_case: Mapping[str, Any] = field(
+        default_factory=lambda: {"tokens": 16384, "intermediate": 28672}
+    )
+    coverage_kernels: tuple[str, ...] = ("rms_norm", "softmax", "gemm")
+    repeats: int = 8
+    steps: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**data, "sol_case": dict(self.sol_case), "bench": self.bench.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SelfcheckOptions:
+        values = dict(data)
+        for name in ("kernels", "coverage_kernels", "steps"):
+            values[name] = tuple(values[name])
+        return cls(**{**values, "bench": BenchOptions.from_json(data["bench"])})

@@ -2,7 +2,9 @@
 
 Pure arithmetic over the spec's FLOP/byte model and a table of datasheet peaks keyed on the
 device name (``shared/reference/gpu-timing.md``). Measured ceilings (``ceilings.py``) replace
-the datasheet roofs they measure, and give a roofline to devices the table lacks.
+the datasheet roofs they measure, and give a roofline to devices the table lacks. A MIG slice
+has a share of its GPU's SMs and memory bandwidth, so it gets no datasheet roofs at all, only
+what was measured on it.
 
 The compute roof is the dtype's dense tensor-core peak (TF32 for fp32), the roof that GEMM
 and attention kernels chase. Elementwise and reduction kernels sit far below the ridge point,
@@ -41,16 +43,23 @@ class Peaks:
 @dataclass(frozen=True)
 class Ceilings:
     """Roofs measured on the device: device-to-device copy bandwidth (read plus write bytes
-    counted) and a large bf16 GEMM on random data."""
+    counted) and a large bf16 GEMM on random data. A ceiling that could not be measured is
+    None, and ``problems`` says why."""
 
-    copy_gbps: float
-    bf16_tflops: float
+    copy_gbps: float | None
+    bf16_tflops: float | None
     copy_bytes: int
     gemm_size: int
+    problems: tuple[str, ...] = ()
+
+
+#: The dtypes that share the 16-bit tensor-core roof: the measured bf16 GEMM stands for both
+#: (every GPU in the table has one dense figure for bf16 and fp16).
+SIXTEEN_BIT = ("bf16", "fp16")
 
 
 def _peaks(model: str, gbps: float, bf16: float, fp8: float, tf32: float) -> Peaks:
-    return Peaks(model, gbps, {"bf16": bf16, "fp16": bf16, "fp8": fp8, "fp32": tf32})
+    return Peaks(model, gbps, {**dict.fromkeys(SIXTEEN_BIT, bf16), "fp8": fp8, "fp32": tf32})
 
 
 # Dense (no 2:4 sparsity) datasheet figures. Order matters: PCIe and NVL variants share
@@ -66,9 +75,15 @@ _TABLE: tuple[tuple[re.Pattern[str], Peaks], ...] = (
 )
 
 
+_MIG = re.compile(r"\bMIG\b")
+
+
 def datasheet_peaks(device_name: str) -> Peaks | None:
     """The datasheet roofs of a device by its name (``NVIDIA H100 80GB HBM3`` -> H100 SXM),
-    or None for a device the table does not know (the CPU included)."""
+    or None for a device the table does not know (the CPU included) and for a MIG slice
+    (``NVIDIA H100 80GB HBM3 MIG 1g.10gb``), which has only part of the GPU."""
+    if _MIG.search(device_name):
+        return None
     for pattern, peaks in _TABLE:
         if pattern.search(device_name):
             return peaks
@@ -76,18 +91,22 @@ def datasheet_peaks(device_name: str) -> Peaks | None:
 
 
 def with_ceilings(peaks: Peaks | None, ceilings: Ceilings | None, device_name: str) -> Peaks | None:
-    """Measured ceilings replace the roofs they measure (bandwidth, bf16 tensor peak); a
-    device without a datasheet entry gets a roofline of its measured ceilings alone."""
+    """Measured ceilings replace the roofs they measure (bandwidth; the 16-bit tensor-core
+    peak, for bf16 and fp16 alike, so one kernel's %SOL does not depend on which of the two
+    it runs); a device without a datasheet entry gets a roofline of its measured ceilings
+    alone. A ceiling that was not measured leaves its roof as it was."""
     if ceilings is None:
         return peaks
-    base = peaks or Peaks(device_name, None, {})
-    return replace(
-        base,
-        memory_gbps=ceilings.copy_gbps,
-        memory_source=MEASURED,
-        tflops={**base.tflops, "bf16": ceilings.bf16_tflops},
-        compute_source={**base.compute_source, "bf16": MEASURED},
-    )
+    result = peaks or Peaks(device_name, None, {})
+    if ceilings.copy_gbps is not None:
+        result = replace(result, memory_gbps=ceilings.copy_gbps, memory_source=MEASURED)
+    if ceilings.bf16_tflops is not None:
+        result = replace(
+            result,
+            tflops={**result.tflops, **dict.fromkeys(SIXTEEN_BIT, ceilings.bf16_tflops)},
+            compute_source={**result.compute_source, **dict.fromkeys(SIXTEEN_BIT, MEASURED)},
+        )
+    return result
 
 
 def speed_of_light(

@@ -14,6 +14,12 @@ thousands of resamples per check, is random, and its resampled medians take only
 distinct values, which makes its intervals erratic. Both assume independent samples; timing
 samples are mildly autocorrelated, so the interval is a lower bound on the real uncertainty
 (analysis compares independent runs for that reason).
+
+Quantised samples: CUDA events resolve about 0.5 us, so a microsecond kernel's samples take a
+handful of distinct values and the order statistics tie, giving a CI of zero width that says
+nothing. When the samples show many ties (:func:`quantum`), the CI is widened by half a step
+on each side, the most the median of quantised readings can be off; sampling then stops as
+``resolution`` once the rest of the CI is under target, never as ``converged``.
 """
 
 from __future__ import annotations
@@ -28,16 +34,20 @@ from scipy.stats import binom
 
 from kernelwatch.harness.records import Summary
 
-#: Why sampling stopped (``Summary.stop``).
-CONVERGED, BUDGET, TIMEOUT = "converged", "budget", "timeout"
+#: Why sampling stopped (``Summary.stop``): the CI reached its target; the timer's
+#: resolution, not noise, keeps it wider (more samples would not help); the budget ran out;
+#: the timeout hit before enough unthrottled samples.
+CONVERGED, RESOLUTION, BUDGET, TIMEOUT = "converged", "resolution", "budget", "timeout"
 
 
 @dataclass(frozen=True)
 class Sample:
     """One timed launch (or one launch's share of a batch) and the device state around it.
 
-    ``throttled`` marks a sample taken while the GPU reported a throttle reason that slows
-    it down; such samples are kept in the record but left out of the statistic.
+    ``sm_clock_mhz`` is the SM clock over the sample; ``throttled`` marks a sample taken while
+    that clock was well below the device's maximum (``telemetry.is_throttled``): kept in the
+    record, left out of the statistic. ``throttle_reasons`` are the clock-event reasons NVML
+    reported around the sample, kept as information.
     """
 
     ns: float
@@ -75,6 +85,7 @@ class Collected:
     arms: tuple[tuple[Sample, ...], ...]
     stop: str
     elapsed_s: float
+    resolution_ns: float = 0.0
 
 
 class _Arm:
@@ -97,9 +108,11 @@ def collect(
     rule: StopRule,
     clock: Callable[[], float] = time.monotonic,
     pause: Callable[[float], None] = time.sleep,
+    resolution_ns: float = 0.0,
 ) -> Collected:
     """Sample the arms round-robin (A B A B ..., so drift hits all alike) until ``rule`` says
-    stop. With one arm this is plain adaptive sampling."""
+    stop. With one arm this is plain adaptive sampling. ``resolution_ns`` is the timer's
+    smallest step (0 when unknown), used when every sample of an arm is equal."""
     if not arms:
         raise ValueError("collect needs at least one arm to sample")
     state = [_Arm() for _ in arms]
@@ -123,16 +136,15 @@ def collect(
         out_of_time = elapsed >= rule.budget_s
         if enough and timed and (rounds >= next_check or out_of_time):
             next_check = rounds + max(1, rounds // 10)
-            if all(
-                rel_ci_halfwidth(s.counted, rule.confidence) <= rule.target_rel_ci for s in state
-            ):
-                stop = CONVERGED
+            stop = _settled(
+                [s.counted for s in state], rule.target_rel_ci, rule.confidence, resolution_ns
+            )
         if stop is None and out_of_time and enough:
             stop = BUDGET
         if stop is None and elapsed >= rule.timeout_s:
             stop = BUDGET if enough else TIMEOUT
         if stop is not None:
-            return Collected(tuple(tuple(s.samples) for s in state), stop, elapsed)
+            return Collected(tuple(tuple(s.samples) for s in state), stop, elapsed, resolution_ns)
 
 
 def warm_up(
@@ -177,23 +189,67 @@ def ci_rank(n: int, confidence: float) -> int:
     return k
 
 
-def rel_ci_halfwidth(values: Sequence[float], confidence: float = 0.95) -> float:
-    """Half the CI width of the median, relative to the median (inf for a zero median)."""
+def quantum(values: Sequence[float], resolution_ns: float = 0.0) -> float:
+    """The step quantised samples move in, or 0 when they do not look quantised.
+
+    Samples look quantised when fewer than half of them are distinct; the step is then the
+    smallest gap between distinct values, or ``resolution_ns`` when all are equal.
+    """
+    distinct = np.unique(np.asarray(values, dtype=float))
+    if distinct.size * 2 > len(values):
+        return 0.0
+    if distinct.size == 1:
+        return resolution_ns
+    return float(np.diff(distinct).min())
+
+
+def rel_ci_halfwidth(
+    values: Sequence[float], confidence: float = 0.95, resolution_ns: float = 0.0
+) -> float:
+    """Half the CI width of the median, relative to the median (inf for a zero median),
+    widened by half a step on each side when the samples are quantised."""
+    return _ci_halfwidth(values, confidence, quantum(values, resolution_ns))
+
+
+def _ci_halfwidth(values: Sequence[float], confidence: float, step: float) -> float:
     low, high = median_ci(values, confidence)
-    return _relative_halfwidth(low, high, float(np.median(values)))
+    return _relative_halfwidth(low - step / 2, high + step / 2, float(np.median(values)))
+
+
+def _settled(
+    arms: Sequence[Sequence[float]], target: float, confidence: float, resolution_ns: float
+) -> str | None:
+    """``converged`` when every arm's (widened) CI is within ``target``; ``resolution`` when
+    every arm's CI is within target but for the quantisation; else None."""
+    verdicts = []
+    for values in arms:
+        step = quantum(values, resolution_ns)
+        if _ci_halfwidth(values, confidence, step) <= target:
+            verdicts.append(CONVERGED)
+        elif step and _ci_halfwidth(values, confidence, 0.0) <= target:
+            verdicts.append(RESOLUTION)
+        else:
+            return None
+    return RESOLUTION if RESOLUTION in verdicts else CONVERGED
 
 
 def _relative_halfwidth(low: float, high: float, median: float) -> float:
     return (high - low) / 2.0 / median if median > 0 else math.inf
 
 
-def summarize(samples: Sequence[Sample], stop: str, confidence: float = 0.95) -> Summary | None:
-    """The statistic over the unthrottled samples; None when every sample was throttled."""
+def summarize(
+    samples: Sequence[Sample], stop: str, confidence: float = 0.95, resolution_ns: float = 0.0
+) -> Summary | None:
+    """The statistic over the unthrottled samples; None when every sample was throttled.
+    The CI of quantised samples is widened by half a step each side (see the module
+    docstring)."""
     counted = [s.ns for s in samples if not s.throttled]
     if not counted:
         return None
     values = np.asarray(counted, dtype=float)
     low, high = median_ci(counted, confidence)
+    step = quantum(counted, resolution_ns)
+    low, high = low - step / 2, high + step / 2
     median = float(np.median(values))
     return Summary(
         n=len(counted),
@@ -207,3 +263,10 @@ def summarize(samples: Sequence[Sample], stop: str, confidence: float = 0.95) ->
         stop=stop,
         rel_ci_halfwidth=_relative_halfwidth(low, high, median),
     )
+
+
+def summarize_collected(
+    collected: Collected, arm: int = 0, confidence: float = 0.95
+) -> Summary | None:
+    """:func:`summarize` over one arm of a collection, at the collection's resolution."""
+    return summarize(collected.arms[arm], collected.stop, confidence, collected.resolution_ns)

@@ -1,235 +1,341 @@
-"""The GPU self-check: this harness next to the common alternatives, on the same kernels.
+"""The self-check's measurements on the device (runner child, ``selfcheck`` mode).
 
-For one case per kernel (the middle case of a workload, ``llm`` by default), in one
-process: our median and 95% CI (events, cold L2) and our CUDA-graph time (warm L2), next to
-``triton.testing.do_bench`` (mean and median; it flushes L2 too) and
-``torch.utils.benchmark`` (host clock with a synchronize, warm L2). A/A noise: the same
-kernel measured twice, by us and by ``do_bench``. Then the device's measured ceilings next
-to the datasheet. The result is one markdown report (``docs/TIMING.md`` explains it).
+Each measurement answers one of the self-check's questions (``analysis/trust.py`` judges
+them) and is handed to ``emit`` as soon as it is done, as plain JSON data, so a deadline or a
+crash later keeps it:
 
-On the CPU ``do_bench`` and graph mode cannot run (they need a CUDA driver) and show as
-``n/a``; the rest runs, which is how CI exercises this module.
+- ``device``: the device, the software, how the GPU is set up to clock (NVML).
+- ``granularity``: a microsecond kernel's event samples: distinct values, smallest step, and
+  what the statistic made of them.
+- ``ceilings``: the measured copy and bf16 GEMM roofs next to the datasheet's.
+- ``sol``: a large memory-bound case's bandwidth against both.
+- ``agreement``: one case per kernel under every tool: ours (events, cold L2), ours in a CUDA
+  graph (warm), ``triton.testing.do_bench`` (median; it zeroes a 256 MiB buffer before every
+  launch, so L2 is cold and the host is usually ahead) and ``torch.utils.benchmark`` (host
+  clock around back-to-back launches, warm L2). A tool that fails leaves the others' numbers.
+- ``coverage``: independent repeats of a few cases, each with its own median and 95% CI.
+- ``clocks``: every sample this process took: how many were throttled and why, the SM clock.
+
+The tools are passed in (:class:`Tools`): the device's real ones here, a simulated GPU's in
+the tests, which run this module end to end on the CPU.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from kernelwatch.harness.device import Device, software_info
-from kernelwatch.harness.records import CaseId, Summary
-from kernelwatch.harness.spec import KernelSpec, Suite
+import numpy as np
+
+from kernelwatch.harness.device import Device
+from kernelwatch.harness.records import CaseId, SoftwareInfo, Summary
+from kernelwatch.harness.spec import KernelSpec, Params, Suite
 from kernelwatch.harness.suite import select_tasks
 from kernelwatch.harness.timing.case import BenchSession, prepare
-from kernelwatch.harness.timing.request import BenchOptions
-from kernelwatch.harness.timing.roofline import Ceilings, Peaks, datasheet_peaks
-from kernelwatch.harness.timing.sampling import summarize
-from kernelwatch.harness.timing.timers import GRAPH_TIMER, Timer, make_timer, time_arms
+from kernelwatch.harness.timing.ceilings import CeilingLaunches, measure_ceilings
+from kernelwatch.harness.timing.request import SelfcheckOptions
+from kernelwatch.harness.timing.roofline import ELEMENT_BYTES, datasheet_peaks
+from kernelwatch.harness.timing.sampling import (
+    Collected,
+    Sample,
+    quantum,
+    summarize_collected,
+)
+from kernelwatch.harness.timing.telemetry import (
+    CLOCK_EVENT_REASONS,
+    LOCKED_CLOCKS_REASON,
+    Probe,
+)
+from kernelwatch.harness.timing.timers import (
+    CPU_TIMER,
+    EVENTS_TIMER,
+    GRAPH_TIMER,
+    Timer,
+    make_timer,
+)
+
+#: Samples taken for the granularity question: enough to see every value events take.
+GRANULARITY_SAMPLES = 200
+
+Emit = Callable[[str, Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True)
-class SelfcheckOptions:
-    """What to self-check; ``budget_s`` None takes the device's bench default."""
+class Tools:
+    """What the measurements run on. ``timer(name)`` builds a timer of that method (None
+    where the device cannot do it); ``do_bench``/``torch_benchmark`` time a launch and return
+    its median in ns (None where they cannot run); ``ceilings`` are the roofs' workloads
+    (None: the device's own); ``clock``/``sleep`` the host's."""
 
-    kernels: tuple[str, ...] = ()
-    workload: str = "llm"
-    dtype: str = "bf16"
-    budget_s: float | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SelfcheckOptions:
-        return cls(tuple(data["kernels"]), data["workload"], data["dtype"], data["budget_s"])
-
-
-@dataclass(frozen=True)
-class Row:
-    """One kernel's times in ns under every tool (None where a tool cannot run here)."""
-
-    kernel: str
-    case: str
-    ours: Summary | None = None
-    ours_again: Summary | None = None
-    graph_ns: float | None = None
-    do_bench_mean_ns: float | None = None
-    do_bench_median_ns: float | None = None
-    do_bench_again_ns: float | None = None
-    torch_benchmark_ns: float | None = None
-    note: str = ""
+    timer: Callable[[str], Timer | None]
+    probe: Probe
+    do_bench: Callable[[Callable[[], object]], float] | None
+    torch_benchmark: Callable[[Callable[[], object]], float] | None
+    ceilings: CeilingLaunches | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
 
 
-def run_selfcheck(
-    suite: Suite, device: Device, options: SelfcheckOptions, progress: Callable[[str], None]
-) -> str:
-    """Measure every selected kernel with every tool and return the markdown report.
-    Raises the suite's SelectionError for kernels or a workload it lacks."""
-    select_tasks(suite, options.kernels, options.workload, [options.dtype])  # validates
-    started = time.monotonic()
-    progress("measuring ceilings")
-    session = BenchSession.open(
-        device, BenchOptions(budget_s=options.budget_s, measure_ceilings=True), software_info()
-    )
-    cuda = device.info.kind == "cuda"
-    graph = make_timer("cuda", GRAPH_TIMER, None, device.info.l2_bytes) if cuda else None
-    rows = []
-    for spec in suite.kernels:
-        if options.kernels and spec.name not in options.kernels:
-            continue
-        if options.workload not in spec.workloads:
-            continue
-        progress(spec.name)
-        rows.append(_row(spec, suite.name, options, session, graph))
-    return render(
-        rows,
-        session,
-        datasheet_peaks(device.info.name),
-        options,
-        time.monotonic() - started,
-    )
+def device_tools(device: Device, probe: Probe) -> Tools:
+    """The real tools on ``device``: CUDA events and graphs, do_bench and
+    torch.utils.benchmark on a GPU; the perf counter and torch.utils.benchmark on the CPU."""
+    info = device.info
+    cuda = info.kind == "cuda"
+
+    def timer(name: str) -> Timer | None:
+        if not cuda:
+            return make_timer("cpu", CPU_TIMER, None, None, None) if name == EVENTS_TIMER else None
+        return make_timer("cuda", name, None, info.l2_bytes, probe.max_sm_clock_mhz)
+
+    return Tools(timer, probe, _do_bench if cuda else None, _torch_benchmark)
 
 
-def _row(
-    spec: KernelSpec,
-    suite: str,
-    options: SelfcheckOptions,
-    session: BenchSession,
-    graph: Timer | None,
-) -> Row:
-    cases = spec.workloads[options.workload]
-    params = cases[len(cases) // 2]
-    case = CaseId(suite, spec.name, options.workload, dict(params), options.dtype)
-    device = session.device
-    if options.dtype in device.unsupported_dtypes:
-        return Row(spec.name, case.label(), note=f"unsupported here: {options.dtype}")
-    try:
-        fn = prepare(spec, case, device, 0, None).kernel
-        ours = _ours(fn, session.timer, session)
-        row = Row(
-            spec.name,
-            case.label(),
-            ours=ours,
-            ours_again=_ours(fn, session.timer, session),
-            torch_benchmark_ns=_torch_benchmark(fn, device),
-        )
-        if graph is None:
-            return row
-        from triton.testing import do_bench
+def _do_bench(fn: Callable[[], object]) -> float:
+    from triton.testing import do_bench
 
-        # do_bench's times are in ms.
-        return replace(
-            row,
-            graph_ns=_median(_ours(fn, graph, session)),
-            do_bench_mean_ns=do_bench(fn, return_mode="mean") * 1e6,
-            do_bench_median_ns=do_bench(fn, return_mode="median") * 1e6,
-            do_bench_again_ns=do_bench(fn, return_mode="mean") * 1e6,
-        )
-    except Exception as exc:  # one kernel's failure is a row of the report
-        message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
-        return Row(spec.name, case.label(), note=message[:200])
+    return float(do_bench(fn, return_mode="median")) * 1e6  # it reports ms
 
 
-def _ours(fn: Callable[[], object], timer: Timer, session: BenchSession) -> Summary | None:
-    rule = session.resolved.rule
-    collected, _ = time_arms([fn], timer, session.probe, rule, session.resolved.warmup_s)
-    return summarize(collected.arms[0], collected.stop, rule.confidence)
-
-
-def _torch_benchmark(fn: Callable[[], object], device: Device) -> float:
+def _torch_benchmark(fn: Callable[[], object]) -> float:
     from torch.utils.benchmark import Timer as TorchTimer
 
     # Its documented default use; it synchronizes CUDA around each block of runs.
-    min_run_time = 0.2 if device.info.kind == "cuda" else 0.05
-    measured = TorchTimer(stmt="fn()", globals={"fn": fn}).blocked_autorange(
-        min_run_time=min_run_time
+    measured = TorchTimer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.2)
+    return float(measured.median) * 1e9
+
+
+class _Measurer:
+    """One self-check's measurements on one device, keeping every sample for ``clocks``."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        device: Device,
+        software: SoftwareInfo,
+        options: SelfcheckOptions,
+        tools: Tools,
+    ) -> None:
+        self.suite, self.device, self.options, self.tools = suite, device, options, tools
+        self.samples: list[Sample] = []
+        bench = replace(options.bench, baseline=False)
+
+        def session(timer: Timer | None) -> BenchSession | None:
+            if timer is None:
+                return None
+            return BenchSession(
+                device, bench, software, timer, tools.probe, tools.clock, tools.sleep
+            )
+
+        events = session(tools.timer(EVENTS_TIMER))
+        assert events is not None, "every device has an events or perf-counter timer"
+        self.session, self.graph = events, session(tools.timer(GRAPH_TIMER))
+        selected = [s for s in suite.kernels if not options.kernels or s.name in options.kernels]
+        self.specs = [s for s in selected if options.workload in s.workloads]
+
+    def collect(self, fn: Callable[[], object], graph: bool = False) -> Collected:
+        """Samples of ``fn`` under the run's stopping rule, with events (or the perf
+        counter) or in a CUDA graph; kept for ``clocks``."""
+        session = self.graph if graph else self.session
+        assert session is not None
+        collected, _ = session.time([fn])
+        self.samples.extend(collected.arms[0])
+        return collected
+
+    def ours(self, fn: Callable[[], object], graph: bool = False) -> Summary | None:
+        """Our median and CI of ``fn``."""
+        return summarize_collected(self.collect(fn, graph))
+
+    def launch(self, spec: KernelSpec, params: Params) -> Callable[[], object]:
+        case = self.case(spec, params)
+        return prepare(spec, case, self.device, 0, None).kernel
+
+    def case(self, spec: KernelSpec, params: Params) -> CaseId:
+        return CaseId(self.suite.name, spec.name, self.options.workload, dict(params),
+                      self.options.dtype)  # fmt: skip
+
+    def middle(self, spec: KernelSpec) -> Params:
+        cases = spec.workloads[self.options.workload]
+        return cases[len(cases) // 2]
+
+    # -- the questions ------------------------------------------------------------------
+
+    def device_data(self) -> dict[str, Any]:
+        return {
+            "device": asdict(self.device.info),
+            "software": asdict(self.session.software),
+            "policy": asdict(self.tools.probe.policy()),
+            "method": self.session.method.label(),
+            "rule": asdict(self.session.resolved.rule),
+        }
+
+    def granularity(self) -> dict[str, Any]:
+        spec = self.specs[0]
+        params = spec.workloads[self.options.workload][0]
+        fn = self.launch(spec, params)
+        timer = self.session.timer
+        sampler = timer.bind(fn)
+        values = [sampler.take().ns for _ in range(GRANULARITY_SAMPLES)]
+        summary = self.ours(fn)
+        distinct = np.unique(values)
+        steps = np.diff(distinct)
+        return {
+            "kernel": spec.name,
+            "case": self.case(spec, params).label(),
+            "samples": len(values),
+            "distinct": int(distinct.size),
+            "smallest_step_ns": float(steps.min()) if steps.size else None,
+            "resolution_ns": sampler.resolution_ns,
+            "quantum_ns": quantum(values, sampler.resolution_ns),
+            "summary": _summary(summary),
+        }
+
+    def ceilings(self) -> dict[str, Any]:
+        measured = measure_ceilings(self.device, self.collect, self.tools.ceilings)
+        self.session.ceilings = measured
+        sheet = datasheet_peaks(self.device.info.name)
+        return {
+            **asdict(measured),
+            "datasheet_gbps": sheet.memory_gbps if sheet else None,
+            "datasheet_bf16_tflops": sheet.tflops.get("bf16") if sheet else None,
+        }
+
+    def sol(self) -> dict[str, Any]:
+        options = self.options
+        spec = next((s for s in self.specs if s.name == options.sol_kernel), None)
+        if spec is None:
+            return {"skipped": f"{options.sol_kernel} is not among the selected kernels"}
+        summary = self.ours(self.launch(spec, options.sol_case))
+        if summary is None:
+            return {"error": "every sample was throttled"}
+        moved = spec.min_bytes(options.sol_case, ELEMENT_BYTES[options.dtype])
+        ceilings = self.session.ceilings
+        sheet = datasheet_peaks(self.device.info.name)
+        gbps = moved / summary.median_ns
+        return {
+            "kernel": spec.name,
+            "case": self.case(spec, options.sol_case).label(),
+            "median_ns": summary.median_ns,
+            "bytes": moved,
+            "gbps": gbps,
+            "copy_gbps": ceilings.copy_gbps if ceilings else None,
+            "datasheet_gbps": sheet.memory_gbps if sheet else None,
+        }
+
+    def agreement(self) -> dict[str, Any]:
+        return {"rows": [self._agreement_row(spec) for spec in self.specs]}
+
+    def _agreement_row(self, spec: KernelSpec) -> dict[str, Any]:
+        """Every tool on one case; a tool that fails is an error of the row, and the numbers
+        the others measured stay."""
+        params = self.middle(spec)
+        row: dict[str, Any] = {"kernel": spec.name, "case": self.case(spec, params).label()}
+        errors: list[str] = []
+        try:
+            fn = self.launch(spec, params)
+        except Exception as exc:  # the kernel's failure is the row's
+            return {**row, "errors": [f"prepare: {_line(exc)}"]}
+        tools = self.tools
+        steps: list[tuple[str, Callable[[], Any] | None]] = [
+            ("ours", lambda: _summary(self.ours(fn))),
+            ("graph_ns", (lambda: _median(self.ours(fn, graph=True))) if self.graph else None),
+            ("do_bench_ns", (lambda: tools.do_bench(fn)) if tools.do_bench else None),
+            ("torch_benchmark_ns", (lambda: tools.torch_benchmark(fn))
+             if tools.torch_benchmark else None),
+        ]  # fmt: skip
+        for name, step in steps:
+            if step is None:  # the tool cannot run here
+                row[name] = None
+                continue
+            try:
+                row[name] = step()
+            except Exception as exc:  # one tool's failure leaves the others' numbers
+                row[name] = None
+                errors.append(f"{name}: {_line(exc)}")
+        return {**row, "errors": errors}
+
+    def coverage(self) -> dict[str, Any]:
+        chosen = [s for s in self.specs if s.name in self.options.coverage_kernels]
+        cases = []
+        for spec in chosen or self.specs[:1]:
+            params = self.middle(spec)
+            fn = self.launch(spec, params)
+            repeats = [_summary(self.ours(fn)) for _ in range(self.options.repeats)]
+            cases.append({"kernel": spec.name, "case": self.case(spec, params).label(),
+                          "repeats": repeats})  # fmt: skip
+        return {"cases": cases}
+
+    def clocks(self) -> dict[str, Any]:
+        samples = self.samples
+        reasons: Counter[str] = Counter()
+        for sample in samples:
+            for bit, name in CLOCK_EVENT_REASONS.items():
+                if sample.throttle_reasons is not None and sample.throttle_reasons & bit:
+                    reasons[name] += 1
+        clocks = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None]
+        policy = self.tools.probe.policy()
+        locked_bit = CLOCK_EVENT_REASONS[LOCKED_CLOCKS_REASON]
+        return {
+            "samples": len(samples),
+            "throttled": sum(s.throttled for s in samples),
+            "throttled_sm_mhz": [s.sm_clock_mhz for s in samples if s.throttled][:20],
+            "reasons": dict(reasons),
+            "with_reasons": sum(1 for s in samples if s.throttle_reasons),
+            "median_sm_mhz": float(np.median(clocks)) if clocks else None,
+            "max_sm_mhz": policy.max_sm_clock_mhz,
+            "policy": asdict(policy),
+            # unknown unless some sample had its reasons read
+            "locked_reason_seen": (
+                reasons[locked_bit] > 0
+                if any(s.throttle_reasons is not None for s in samples)
+                else None
+            ),
+        }
+
+
+def run_measurements(
+    suite: Suite,
+    device: Device,
+    software: SoftwareInfo,
+    options: SelfcheckOptions,
+    tools: Tools,
+    emit: Emit,
+    progress: Callable[[str], None] = lambda message: None,
+) -> None:
+    """Measure every question in turn and ``emit(name, data)`` each as it finishes; one that
+    fails is emitted as ``{"error": ...}`` and the next goes on. Raises the suite's
+    SelectionError for kernels or a workload it lacks."""
+    select_tasks(suite, options.kernels, options.workload, [options.dtype])  # validates
+    measurer = _Measurer(suite, device, software, options, tools)
+    emit("device", measurer.device_data())
+    steps: Sequence[tuple[str, Callable[[], dict[str, Any]]]] = (
+        ("granularity", measurer.granularity),
+        ("ceilings", measurer.ceilings),
+        ("sol", measurer.sol),
+        ("agreement", measurer.agreement),
+        ("coverage", measurer.coverage),
+        ("clocks", measurer.clocks),
     )
-    return measured.median * 1e9
+    for name, step in steps:
+        if options.steps and name not in options.steps:
+            continue
+        progress(name)
+        try:
+            data = step()
+        except Exception as exc:  # one question's failure is its answer, not the run's
+            data = {"error": _line(exc)}
+        emit(name, data)
+
+
+def _summary(summary: Summary | None) -> dict[str, Any] | None:
+    return asdict(summary) if summary is not None else None
 
 
 def _median(summary: Summary | None) -> float | None:
-    return summary.median_ns if summary else None
+    return summary.median_ns if summary is not None else None
 
 
-def _us(ns: float | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e3:.2f}"
-
-
-def _delta(a: float | None, b: float | None) -> str:
-    return "n/a" if a is None or b is None else f"{100 * abs(a - b) / a:.2f}%"
-
-
-def render(
-    rows: Sequence[Row],
-    session: BenchSession,
-    datasheet: Peaks | None,
-    options: SelfcheckOptions,
-    seconds: float,
-) -> str:
-    """The report as markdown (pure: everything it shows is passed in)."""
-    info, sw, rule = session.device.info, session.software, session.resolved.rule
-    l2 = f", L2 {info.l2_bytes / 2**20:.0f} MiB" if info.l2_bytes else ""
-    lines = [
-        "# kernelwatch self-check",
-        "",
-        f"- device: {info.name} ({info.sm_count or '?'} SMs{l2}), host {info.host}",
-        f"- software: driver {sw.driver}, CUDA {sw.cuda}, torch {sw.torch}, Triton {sw.triton}, "
-        f"Python {sw.python}, kernelwatch {sw.kernelwatch}",
-        f"- our method: {session.method.label()}; stop at >= {rule.min_samples} samples and "
-        f">= {rule.min_time_s:g} s, CI half-width <= {100 * rule.target_rel_ci:g}% "
-        f"or {rule.budget_s:g} s; warm-up {session.resolved.warmup_s:g} s",
-        f"- cases: the middle case of workload `{options.workload}` per kernel, "
-        f"{options.dtype}; took {seconds:.0f} s",
-        "",
-        "## Kernel times (us)",
-        "",
-        "| kernel | case | ours median | ours 95% CI | n | stop | ours graph (warm) "
-        "| do_bench mean | do_bench median | torch.utils.benchmark median | note |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
-    ]
-    for r in rows:
-        s = r.ours
-        ci = f"{_us(s.ci_low_ns)}-{_us(s.ci_high_ns)}" if s else "n/a"
-        lines.append(
-            f"| {r.kernel} | {r.case} | {_us(_median(s))} | {ci} | {s.n if s else '-'} "
-            f"| {s.stop if s else '-'} | {_us(r.graph_ns)} | {_us(r.do_bench_mean_ns)} "
-            f"| {_us(r.do_bench_median_ns)} | {_us(r.torch_benchmark_ns)} | {r.note} |"
-        )
-    lines += [
-        "",
-        "## A/A noise (the same kernel measured twice)",
-        "",
-        "| kernel | ours: median vs median | do_bench: mean vs mean |",
-        "|---|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r.kernel} | {_delta(_median(r.ours), _median(r.ours_again))} "
-            f"| {_delta(r.do_bench_mean_ns, r.do_bench_again_ns)} |"
-        )
-    lines += ["", "## Ceilings", "", *_ceiling_lines(session.ceilings, datasheet), ""]
-    return "\n".join(lines)
-
-
-def _ceiling_lines(ceilings: Ceilings | None, datasheet: Peaks | None) -> list[str]:
-    if ceilings is None:
-        return ["not measured"]
-    sheet_gbps = datasheet.memory_gbps if datasheet else None
-    sheet_tflops = datasheet.tflops.get("bf16") if datasheet else None
-    return [
-        "| roof | measured | datasheet | measured / datasheet |",
-        "|---|---:|---:|---:|",
-        _ceiling_row(
-            f"copy bandwidth, {ceilings.copy_bytes >> 20} MiB (GB/s)",
-            ceilings.copy_gbps,
-            sheet_gbps,
-        ),
-        _ceiling_row(
-            f"bf16 GEMM {ceilings.gemm_size}^3 (TFLOP/s)", ceilings.bf16_tflops, sheet_tflops
-        ),
-    ]
-
-
-def _ceiling_row(label: str, measured: float, datasheet: float | None) -> str:
-    ratio = f"{100 * measured / datasheet:.0f}%" if datasheet else "n/a"
-    sheet = f"{datasheet:g}" if datasheet else "n/a"
-    return f"| {label} | {measured:.4g} | {sheet} | {ratio} |"
+def _line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]

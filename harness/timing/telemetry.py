@@ -1,10 +1,16 @@
 """What the GPU reports while it is being timed, through NVML (nvidia-ml-py, ``pynvml``).
 
-A :class:`Probe` reads clocks and throttle reasons once per sample and the device's state
-(temperature, power, other processes) around a measurement. :func:`open_probe` returns an
-NVML-backed probe, or a :class:`NullProbe` whose readings are all unknown (None) when NVML
-is missing, cannot start, or cannot find the device: telemetry never crashes a run. The
-NVML module is passed in, so tests drive the real code path with a fake one.
+A :class:`Probe` reads clocks and clock-event reasons around every sample and the device's
+state (temperature, power, other processes) around a measurement. :func:`open_probe`
+returns an NVML-backed probe, or a :class:`NullProbe` whose readings are all unknown (None)
+when NVML is missing, cannot start, or cannot find the device: telemetry never crashes a
+run. The NVML module is passed in, so tests drive the real code path with a fake one.
+
+Throttling is decided as nvbench decides it: from the SM clock over the sample against the
+device's maximum SM clock, flagged below :data:`THROTTLE_CLOCK_RATIO` of it. The clock-event
+reason bits are recorded as information only: H100s and H200s sit at their software power cap
+(0x4) through most compute-bound work at nearly full clock, and keeping only the samples
+taken without it would keep those taken after a pause, cooler than the kernel runs.
 """
 
 from __future__ import annotations
@@ -13,31 +19,45 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kernelwatch.harness.records import Telemetry
 from kernelwatch.harness.timing.sampling import Sample
 
-#: Clock-event (throttle) reasons that slow the GPU down; any of them spoils a sample. The
-#: other bits (0x1 idle, 0x2 application clocks, 0x10 sync boost) are benign.
-THROTTLE_REASONS: dict[int, str] = {
+if TYPE_CHECKING:
+    from kernelwatch.harness.timing.timers import Timed
+
+#: A sample whose SM clock is below this share of the device's maximum is throttled
+#: (nvbench's default threshold).
+THROTTLE_CLOCK_RATIO = 0.75
+
+#: NVML's clock-event reasons, as information (``describe_reasons``). 0x2 is also what
+#: clocks locked by ``nvidia-smi -lgc`` report.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu-idle",
+    0x2: "applications-clocks",
     0x4: "sw-power-cap",
     0x8: "hw-slowdown",
+    0x10: "sync-boost",
     0x20: "sw-thermal-slowdown",
     0x40: "hw-thermal-slowdown",
     0x80: "hw-power-brake",
+    0x100: "display-clocks",
 }
-THROTTLE_MASK = reduce(int.__or__, THROTTLE_REASONS)
+LOCKED_CLOCKS_REASON = 0x2
 
 
-def is_throttled(reasons: int | None) -> bool:
-    """Whether a throttle-reason bitmask slows the GPU down (unknown is not throttled)."""
-    return reasons is not None and bool(reasons & THROTTLE_MASK)
+def is_throttled(sm_clock_mhz: float | None, max_sm_clock_mhz: float | None) -> bool:
+    """Whether a sample's SM clock is below :data:`THROTTLE_CLOCK_RATIO` of the device's
+    maximum (unknown is not throttled)."""
+    if sm_clock_mhz is None or not max_sm_clock_mhz:
+        return False
+    return sm_clock_mhz < THROTTLE_CLOCK_RATIO * max_sm_clock_mhz
 
 
 def describe_reasons(reasons: int) -> str:
     """``0x24`` -> ``sw-power-cap,sw-thermal-slowdown``."""
-    return ",".join(name for bit, name in THROTTLE_REASONS.items() if reasons & bit)
+    return ",".join(name for bit, name in CLOCK_EVENT_REASONS.items() if reasons & bit)
 
 
 @dataclass(frozen=True)
@@ -58,26 +78,54 @@ class State:
     other_processes: int | None = None
 
 
+@dataclass(frozen=True)
+class ClockPolicy:
+    """How the device is set up to clock (the self-check reports it); None where unknown.
+    ``applications_sm_mhz`` differs from ``default_applications_sm_mhz`` when someone set
+    application clocks."""
+
+    max_sm_clock_mhz: float | None = None
+    power_limit_w: float | None = None
+    persistence_mode: bool | None = None
+    applications_sm_mhz: float | None = None
+    default_applications_sm_mhz: float | None = None
+
+
 class Probe(Protocol):
-    """Reads the device. ``available`` is False when every reading will be unknown."""
+    """Reads the device. ``available`` is False when every reading will be unknown;
+    ``max_sm_clock_mhz`` is the reference throttling is judged against (None: unknown)."""
 
     available: bool
+    max_sm_clock_mhz: float | None
 
     def read(self) -> Reading: ...
 
     def state(self) -> State: ...
+
+    def policy(self) -> ClockPolicy: ...
 
 
 class NullProbe:
     """No telemetry: every reading is unknown."""
 
     available = False
+    max_sm_clock_mhz = None
 
     def read(self) -> Reading:
         return Reading()
 
     def state(self) -> State:
         return State()
+
+    def policy(self) -> ClockPolicy:
+        return ClockPolicy()
+
+
+def nvml_errors(nvml: Any) -> tuple[type[BaseException], ...]:
+    """What an NVML call may raise for "not here": its errors, and the library-mismatch error
+    pynvml raises outside that hierarchy when its wrappers and the driver disagree."""
+    mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)
+    return (nvml.NVMLError, mismatch) if mismatch is not None else (nvml.NVMLError,)
 
 
 class NvmlProbe:
@@ -88,9 +136,19 @@ class NvmlProbe:
     def __init__(self, nvml: Any, handle: Any) -> None:
         self._nvml = nvml
         self._handle = handle
-        # The call was renamed in NVML 12.x (clocks "throttle" -> "event" reasons).
-        self._reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        self._errors = nvml_errors(nvml)
+        # The call was renamed in NVML 12.x (clocks "throttle" -> "event" reasons); pynvml
+        # has both names, and a driver may lack the new symbol (FunctionNotFound).
+        self._reasons = [
+            fn
+            for name in (
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                "nvmlDeviceGetCurrentClocksThrottleReasons",
+            )
+            if (fn := getattr(nvml, name, None)) is not None
+        ]
+        self.max_sm_clock_mhz = _float(
+            self._call(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), nvml.NVML_CLOCK_SM)
         )
 
     def _call(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
@@ -99,18 +157,43 @@ class NvmlProbe:
             return None
         try:
             return fn(self._handle, *args)
-        except self._nvml.NVMLError:
+        except self._errors:
             return None
+
+    def _clock_event_reasons(self) -> int | None:
+        not_found = getattr(self._nvml, "NVMLError_FunctionNotFound", None)
+        while self._reasons:
+            try:
+                return int(self._reasons[0](self._handle))
+            except self._errors as exc:
+                if not_found is None or not isinstance(exc, not_found):
+                    return None
+                self._reasons.pop(0)  # this driver lacks the symbol: use the older name
+        return None
 
     def read(self) -> Reading:
         nvml = self._nvml
-        sm = self._call(nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM)
-        mem = self._call(nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM)
-        reasons = self._call(self._reasons)
         return Reading(
-            None if sm is None else float(sm),
-            None if mem is None else float(mem),
-            None if reasons is None else int(reasons),
+            _float(self._call(nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM)),
+            _float(self._call(nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM)),
+            self._clock_event_reasons(),
+        )
+
+    def policy(self) -> ClockPolicy:
+        nvml = self._nvml
+        limit_mw = self._call(getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None))
+        persistence = self._call(getattr(nvml, "nvmlDeviceGetPersistenceMode", None))
+        sm = getattr(nvml, "NVML_CLOCK_SM", None)
+        return ClockPolicy(
+            max_sm_clock_mhz=self.max_sm_clock_mhz,
+            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            persistence_mode=None if persistence is None else bool(persistence),
+            applications_sm_mhz=_float(
+                self._call(getattr(nvml, "nvmlDeviceGetApplicationsClock", None), sm)
+            ),
+            default_applications_sm_mhz=_float(
+                self._call(getattr(nvml, "nvmlDeviceGetDefaultApplicationsClock", None), sm)
+            ),
         )
 
     def state(self) -> State:
@@ -123,6 +206,10 @@ class NvmlProbe:
             None if power_mw is None else power_mw / 1000.0,
             _others(processes),
         )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _others(processes: Sequence[Any] | None) -> int | None:
@@ -138,7 +225,7 @@ def open_probe(uuid: str | None, nvml: Any = None) -> Probe:
     """An NVML probe for the GPU with ``uuid`` (as torch reports it), else a NullProbe.
 
     The UUID, not an index, picks the device: NVML numbers every GPU on the host while
-    CUDA numbers only the visible ones.
+    CUDA numbers only the visible ones. A MIG slice is found under its ``MIG-`` name.
     """
     if uuid is None:
         return NullProbe()
@@ -147,53 +234,70 @@ def open_probe(uuid: str | None, nvml: Any = None) -> Probe:
             import pynvml as nvml
         except ImportError:
             return NullProbe()
+    errors = nvml_errors(nvml)
     try:
         nvml.nvmlInit()
-        handle = nvml.nvmlDeviceGetHandleByUUID(nvml_uuid(uuid))
-    except nvml.NVMLError:
+    except errors:
         return NullProbe()
-    return NvmlProbe(nvml, handle)
+    for name in nvml_uuids(uuid):
+        try:
+            return NvmlProbe(nvml, nvml.nvmlDeviceGetHandleByUUID(name))
+        except errors:
+            continue
+    return NullProbe()
 
 
-def nvml_uuid(uuid: str) -> str:
-    """NVML names GPUs ``GPU-<uuid>``; torch reports the bare UUID."""
-    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+def nvml_uuids(uuid: str) -> list[str]:
+    """The names NVML may know a device by: ``GPU-<uuid>`` for a whole GPU, ``MIG-<uuid>``
+    for a MIG slice; torch reports the bare UUID."""
+    if uuid.startswith(("GPU-", "MIG-")):
+        return [uuid]
+    return [f"GPU-{uuid}", f"MIG-{uuid}"]
 
 
-def sampled(timed: Callable[[], float], probe: Probe) -> Callable[[], Sample]:
-    """Wrap a timer's sampler so each sample carries the readings taken right after it."""
+def sampled(take: Callable[[], Timed], probe: Probe) -> Callable[[], Sample]:
+    """Wrap a timer's ``take`` so each sample carries the device's readings over it: the SM
+    clock the timer measured (else the lower of NVML's readings before and after), the memory
+    clock after, the clock-event reasons seen before or after, and whether that SM clock
+    was throttled against the device's maximum."""
 
     def sample() -> Sample:
-        ns = timed()
-        reading = probe.read()
+        before = probe.read()
+        timed = take()
+        after = probe.read()
+        clock = timed.sm_clock_mhz
+        if clock is None:
+            clock = min(_known([before.sm_clock_mhz, after.sm_clock_mhz]), default=None)
+        reasons = _known([before.throttle_reasons, after.throttle_reasons])
         return Sample(
-            ns,
-            reading.sm_clock_mhz,
-            reading.mem_clock_mhz,
-            reading.throttle_reasons,
-            is_throttled(reading.throttle_reasons),
+            timed.ns,
+            clock,
+            after.mem_clock_mhz,
+            reduce(int.__or__, reasons) if reasons else None,
+            is_throttled(clock, probe.max_sm_clock_mhz),
         )
 
     return sample
+
+
+def _known(values: Sequence[Any]) -> list[Any]:
+    return [v for v in values if v is not None]
 
 
 def summarize_telemetry(
     available: bool, samples: Sequence[Sample], states: Sequence[State]
 ) -> Telemetry:
     """Median clocks over the samples, the hottest and most power-hungry state seen, every
-    throttle bit seen, and the most other processes seen; unknown stays None."""
+    clock-event reason seen, and the most other processes seen; unknown stays None."""
     if not available:
         return Telemetry(available=False)
 
-    def known(values: Sequence[float | int | None]) -> list[float | int]:
-        return [v for v in values if v is not None]
-
-    sm = known([s.sm_clock_mhz for s in samples])
-    mem = known([s.mem_clock_mhz for s in samples])
-    reasons = known([s.throttle_reasons for s in samples])
-    temperatures = known([s.temperature_c for s in states])
-    power = known([s.power_w for s in states])
-    others = known([s.other_processes for s in states])
+    sm = _known([s.sm_clock_mhz for s in samples])
+    mem = _known([s.mem_clock_mhz for s in samples])
+    reasons = _known([s.throttle_reasons for s in samples])
+    temperatures = _known([s.temperature_c for s in states])
+    power = _known([s.power_w for s in states])
+    others = _known([s.other_processes for s in states])
     return Telemetry(
         available=True,
         sm_clock_mhz=statistics.median(sm) if sm else None,

@@ -1,7 +1,8 @@
 """Timers: turn a launch callable into a sampler that returns nanoseconds per launch.
 
-Two backends behind one interface (:class:`Timer`): ``bind(fn)`` returns a zero-argument
-sampler, and ``method`` says how it measures (part of a series' identity).
+Two backends behind one interface (:class:`Timer`): ``bind(fn)`` returns a :class:`Sampler`
+whose ``take()`` times one sample, and ``method`` says how it measures (part of a series'
+identity).
 
 - :class:`CpuTimer` (``cpu-perf-counter``): ``perf_counter_ns`` around a synchronous call;
   what CI runs, through exactly the sampling code the GPU uses.
@@ -9,21 +10,29 @@ sampler, and ``method`` says how it measures (part of a series' identity).
   dedicated stream, (1) flush L2 by zeroing a buffer twice its size, outside the timed region;
   (2) enqueue a ``torch.cuda._sleep`` spin long enough that the host has queued the start
   event, the launch and the stop event before the GPU reaches them, so host launch latency
-  is never timed; (3) time between the events. The spin length adapts to the host time the
-  enqueue took (:func:`next_backlog_ns`). In graph mode the launches are captured into a CUDA
-  graph of enough back-to-back launches to dwarf the events' ~0.5 us resolution, and one
-  replay is timed and divided by the launch count; those launches share L2, so graph mode
-  is always ``warm``.
+  is never timed; (3) time between the events. The spin is a number of SM cycles, converted
+  from nanoseconds with the device's maximum SM clock, so it is never shorter than asked
+  whatever the clock does; timed between two events, it also measures the SM clock the GPU
+  ran at just before the sample (nvbench measures clock64 against globaltimer the same way;
+  a short lead spin keeps the first event from waiting on the host). Its length follows the
+  host enqueue times of recent samples (:class:`Backlog`); a sample whose enqueue outran its
+  spin is taken again. In graph mode the launches are captured into a CUDA graph of enough
+  back-to-back launches to dwarf the events' ~0.5 us resolution, sized from a timed replay,
+  and one replay is timed and divided by the launch count; those launches share L2, so
+  graph mode is always ``warm``.
 
-The CUDA backend is a thin layer: every decision in it (flush size, spin length, graph size)
-is a pure function below, tested on the CPU.
+The CUDA backend is a thin layer over pure decisions (flush size, spin length, graph size)
+tested on the CPU, and runs end to end against a simulated GPU in the tests
+(``tests/fakegpu.py``).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kernelwatch.harness.records import Method
@@ -31,25 +40,60 @@ from kernelwatch.harness.timing.sampling import Collected, StopRule, collect, wa
 from kernelwatch.harness.timing.telemetry import Probe, State, sampled
 
 #: Bumped whenever a change could move measured times: a new version starts new series.
-HARNESS_VERSION = 1
+HARNESS_VERSION = 2
 
 CPU_TIMER, EVENTS_TIMER, GRAPH_TIMER = "cpu-perf-counter", "cuda-events", "cuda-graph"
 COLD, WARM = "cold", "warm"
 
 #: Flush size when the device does not report its L2: covers twice B200's ~126 MB.
 DEFAULT_FLUSH_BYTES = 256 << 20
-#: Smallest and largest GPU spin before the start event.
-MIN_BACKLOG_NS, MAX_BACKLOG_NS = 20_000.0, 10_000_000.0
+#: Smallest and largest GPU spin before the start event. The smallest also bounds how well
+#: the spin measures the SM clock: one event step (0.5 us) in 50 us is 1%.
+MIN_BACKLOG_NS, MAX_BACKLOG_NS = 50_000.0, 10_000_000.0
+#: How many recent host enqueue times the spin follows: one slow enqueue (a page fault, a
+#: garbage collection) lengthens the spin for this many samples, then ages out.
+BACKLOG_WINDOW = 32
+#: Times a sample whose enqueue outran its spin is taken again before it is kept anyway.
+EXPOSED_RETRIES = 2
+#: A short spin before the timed spin's first event: it keeps the GPU busy while the host
+#: enqueues the timed spin, so that event marks the spin's start, not the host's lag.
+LEAD_SPIN_NS = 10_000.0
+#: The SM clock assumed when the device's maximum is unknown: above every NVIDIA GPU's
+#: boost clock, so the spin errs long.
+FALLBACK_MAX_SM_CLOCK_MHZ = 3000.0
+#: CUDA events' resolution (the CUDA runtime documents "around 0.5 microseconds").
+EVENT_RESOLUTION_NS = 500.0
 #: A graph replay should last this long, so event resolution is under 0.5% of it.
 GRAPH_TARGET_NS, MAX_GRAPH_LAUNCHES = 100_000.0, 1000
+#: Launches in the graph whose timed replay sizes the real one.
+GRAPH_PROBE_LAUNCHES = 8
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One sample: nanoseconds per launch, and the SM clock the GPU measured just before it
+    (None where the timer cannot measure it)."""
+
+    ns: float
+    sm_clock_mhz: float | None = None
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """A launch bound to a timer: ``take()`` times one sample. ``resolution_ns`` is the
+    smallest step its times move in; ``launches`` how many launches one sample holds."""
+
+    take: Callable[[], Timed]
+    resolution_ns: float
+    launches: int = 1
 
 
 class Timer(Protocol):
-    """A timing backend: ``bind(fn)`` returns a sampler giving nanoseconds per launch."""
+    """A timing backend: ``bind(fn)`` returns a :class:`Sampler` of ``fn``."""
 
     method: Method
 
-    def bind(self, fn: Callable[[], object]) -> Callable[[], float]: ...
+    def bind(self, fn: Callable[[], object]) -> Sampler: ...
 
 
 class CpuTimer:
@@ -57,13 +101,13 @@ class CpuTimer:
 
     method = Method(CPU_TIMER, WARM, HARNESS_VERSION)
 
-    def bind(self, fn: Callable[[], object]) -> Callable[[], float]:
-        def sample() -> float:
+    def bind(self, fn: Callable[[], object]) -> Sampler:
+        def take() -> Timed:
             start = time.perf_counter_ns()
             fn()
-            return float(time.perf_counter_ns() - start)
+            return Timed(float(time.perf_counter_ns() - start))
 
-        return sample
+        return Sampler(take, resolution_ns=1.0)
 
 
 def flush_bytes(l2_bytes: int | None) -> int:
@@ -71,15 +115,31 @@ def flush_bytes(l2_bytes: int | None) -> int:
     return 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
 
 
-def next_backlog_ns(current_ns: float, host_enqueue_ns: float) -> float:
-    """The GPU spin for the next sample: twice the longest host enqueue seen so far (the
-    start event, the launch, the stop event), so the GPU never waits for the host inside the
-    timed region; it only grows, within [MIN_BACKLOG_NS, MAX_BACKLOG_NS]."""
-    return min(MAX_BACKLOG_NS, max(current_ns, MIN_BACKLOG_NS, 2.0 * host_enqueue_ns))
+def spin_cycles(spin_ns: float, max_sm_clock_mhz: float | None) -> int:
+    """SM cycles that last at least ``spin_ns`` at any clock up to the device's maximum
+    (a spin calibrated at the idle clock would be ~6x too short once the GPU boosts)."""
+    return math.ceil(spin_ns * (max_sm_clock_mhz or FALLBACK_MAX_SM_CLOCK_MHZ) / 1000.0)
+
+
+class Backlog:
+    """The GPU spin before each sample: twice the longest host enqueue (start event, launch,
+    stop event) among the last :data:`BACKLOG_WINDOW` samples, within [MIN_BACKLOG_NS,
+    MAX_BACKLOG_NS]. Decided before each sample, so it grows after a slow enqueue and
+    shrinks again once that one has aged out."""
+
+    def __init__(self, window: int = BACKLOG_WINDOW) -> None:
+        self._recent: deque[float] = deque(maxlen=window)
+
+    def spin_ns(self) -> float:
+        longest = max(self._recent, default=0.0)
+        return min(MAX_BACKLOG_NS, max(MIN_BACKLOG_NS, 2.0 * longest))
+
+    def observe(self, enqueue_ns: float) -> None:
+        self._recent.append(enqueue_ns)
 
 
 def graph_launches(launch_ns: float) -> int:
-    """How many launches one graph replay holds, given one launch's time."""
+    """How many launches one graph replay holds, given one launch's GPU time."""
     if launch_ns <= 0:
         return MAX_GRAPH_LAUNCHES
     return max(1, min(MAX_GRAPH_LAUNCHES, math.ceil(GRAPH_TARGET_NS / launch_ns)))
@@ -112,96 +172,133 @@ def resolve_method(kind: str, timer: str, l2: str | None) -> tuple[str, str]:
 
 class CudaTimer:
     """CUDA events on a dedicated stream, L2 flushed (cold) or not (warm), launch latency
-    hidden behind a GPU spin; optionally a CUDA graph of back-to-back launches."""
+    hidden behind a GPU spin; optionally a CUDA graph of back-to-back launches.
+    ``max_sm_clock_mhz`` is the device's maximum SM clock (NVML), None when unknown.
+    ``torch_module`` and ``host_ns`` are torch and the host's clock (a simulated GPU's in the
+    tests)."""
 
-    def __init__(self, l2: str, graph: bool, l2_bytes: int | None) -> None:
-        import torch
+    def __init__(
+        self,
+        l2: str,
+        graph: bool,
+        l2_bytes: int | None,
+        max_sm_clock_mhz: float | None,
+        torch_module: Any = None,
+        host_ns: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        if torch_module is None:
+            import torch as torch_module
 
-        self._torch = torch
+        torch = self._torch = torch_module
+        self._host_ns = host_ns
         self.method = Method(GRAPH_TIMER if graph else EVENTS_TIMER, l2, HARNESS_VERSION)
         self._graph = graph
+        self._max_sm_clock_mhz = max_sm_clock_mhz
         self._stream = torch.cuda.Stream()
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         self._flush = (
             torch.empty(flush_bytes(l2_bytes), dtype=torch.uint8, device="cuda")
             if l2 == COLD
             else None
         )
-        self._cycles_per_ns = self._spin_rate()
 
-    def _events_ns(self, enqueue: Callable[[], object]) -> float:
-        """Time ``enqueue``'s GPU work between the two events, on the timer's stream."""
-        with self._torch.cuda.stream(self._stream):
-            self._start.record()
-            enqueue()
-            self._end.record()
-        self._end.synchronize()
-        return self._start.elapsed_time(self._end) * 1e6
+    def bind(self, fn: Callable[[], object]) -> Sampler:
+        backlog = Backlog()
+        if not self._graph:
+            return Sampler(lambda: self._sample(fn, backlog), EVENT_RESOLUTION_NS)
+        replay, launches = self._capture(fn, backlog)
+        return Sampler(
+            lambda: _per_launch(self._sample(replay, backlog), launches),
+            EVENT_RESOLUTION_NS / launches,
+            launches,
+        )
 
-    def _spin_rate(self) -> float:
-        """GPU clock cycles per nanosecond of ``torch.cuda._sleep``: the highest rate seen,
-        so that a spin is never shorter than asked when the clock boosts."""
-        cycles = 1_000_000
-        rates = [
-            cycles / self._events_ns(lambda: self._torch.cuda._sleep(cycles)) for _ in range(5)
-        ]
-        return max(rates[1:])  # the first spin pays for waking the GPU up
+    def _sample(self, enqueue: Callable[[], object], backlog: Backlog) -> Timed:
+        """Time ``enqueue``'s GPU work behind a spin; a sample whose host enqueue outran the
+        spin (the GPU reached the start event before the stop event was queued, so host
+        latency may be inside) is taken again, with the longer spin that enqueue asks for."""
+        for _ in range(1 + EXPOSED_RETRIES):
+            spin_ns = backlog.spin_ns()
+            timed, enqueue_ns = self._once(enqueue, spin_ns)
+            backlog.observe(enqueue_ns)
+            if enqueue_ns < spin_ns:
+                return timed
+        return timed
 
-    def bind(self, fn: Callable[[], object]) -> Callable[[], float]:
-        launch, launches = self._capture(fn) if self._graph else (fn, 1)
-        torch, stream = self._torch, self._stream
-        backlog = [MIN_BACKLOG_NS]
-
-        def sample() -> float:
-            with torch.cuda.stream(stream):
-                if self._flush is not None:
-                    self._flush.zero_()
-                torch.cuda._sleep(int(backlog[0] * self._cycles_per_ns))
-                host_start = time.perf_counter_ns()
-                self._start.record()
-                launch()
-                self._end.record()
-                backlog[0] = next_backlog_ns(backlog[0], time.perf_counter_ns() - host_start)
-            self._end.synchronize()
-            return self._start.elapsed_time(self._end) * 1e6 / launches
-
-        return sample
-
-    def _capture(self, fn: Callable[[], object]) -> tuple[Callable[[], Any], int]:
+    def _once(self, enqueue: Callable[[], object], spin_ns: float) -> tuple[Timed, float]:
         torch = self._torch
+        before_spin, start, end = self._events
+        cycles = spin_cycles(spin_ns, self._max_sm_clock_mhz)
+        with torch.cuda.stream(self._stream):
+            if self._flush is not None:
+                self._flush.zero_()
+            torch.cuda._sleep(spin_cycles(LEAD_SPIN_NS, self._max_sm_clock_mhz))
+            before_spin.record()
+            torch.cuda._sleep(cycles)
+            host_start = self._host_ns()
+            start.record()
+            enqueue()
+            end.record()
+            enqueue_ns = float(self._host_ns() - host_start)
+        end.synchronize()
+        spun_ns = before_spin.elapsed_time(start) * 1e6
+        clock = cycles / spun_ns * 1000.0 if spun_ns > 0 else None
+        return Timed(start.elapsed_time(end) * 1e6, clock), enqueue_ns
+
+    def _capture(self, fn: Callable[[], object], backlog: Backlog) -> tuple[Callable[[], Any], int]:
+        """A graph of enough launches of ``fn`` for :data:`GRAPH_TARGET_NS`, sized from a
+        timed replay of a small graph: timing one launch alone would include its host
+        launch latency, making a 3 us kernel look like 20 us and the graph 6x too short."""
         # Lazy initialisation (cuBLAS handles, Triton's first launch, allocator growth) must
         # not happen during capture: run a few times on the capture stream first.
         for _ in range(3):
-            self._events_ns(fn)
-        launches = graph_launches(self._events_ns(fn))
+            self._once(fn, MIN_BACKLOG_NS)
+        probe = self._graph_of(fn, GRAPH_PROBE_LAUNCHES)
+        self._once(probe.replay, MIN_BACKLOG_NS)  # the first replay uploads the graph
+        per_launch = _per_launch(self._sample(probe.replay, backlog), GRAPH_PROBE_LAUNCHES).ns
+        launches = graph_launches(per_launch)
+        graph = probe if launches == GRAPH_PROBE_LAUNCHES else self._graph_of(fn, launches)
+        return graph.replay, launches
+
+    def _graph_of(self, fn: Callable[[], object], launches: int) -> Any:
+        torch = self._torch
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=self._stream):
             for _ in range(launches):
                 fn()
-        return graph.replay, launches
+        return graph
 
 
-def make_timer(kind: str, timer: str, l2: str | None, l2_bytes: int | None) -> Timer:
+def _per_launch(timed: Timed, launches: int) -> Timed:
+    return Timed(timed.ns / launches, timed.sm_clock_mhz)
+
+
+def make_timer(
+    kind: str, timer: str, l2: str | None, l2_bytes: int | None, max_sm_clock_mhz: float | None
+) -> Timer:
     """The timer a request names, on a device of ``kind`` (``cuda`` or ``cpu``)."""
     name, l2_state = resolve_method(kind, timer, l2)
     if name == CPU_TIMER:
         return CpuTimer()
-    return CudaTimer(l2_state, graph=name == GRAPH_TIMER, l2_bytes=l2_bytes)
+    return CudaTimer(l2_state, name == GRAPH_TIMER, l2_bytes, max_sm_clock_mhz)
 
 
 def time_arms(
-    launches: list[Callable[[], object]],
+    launches: Sequence[Callable[[], object]],
     timer: Timer,
     probe: Probe,
     rule: StopRule,
     warmup_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[float], None] = time.sleep,
 ) -> tuple[Collected, list[State]]:
     """Warm each launch up by time, then sample them interleaved under the stopping rule.
     Returns the samples and the device states read before and after."""
-    arms = [sampled(timer.bind(launch), probe) for launch in launches]
+    samplers = [timer.bind(launch) for launch in launches]
+    arms = [sampled(sampler.take, probe) for sampler in samplers]
     for arm in arms:
-        warm_up(arm, warmup_s)
+        warm_up(arm, warmup_s, clock)
     before = probe.state()
-    collected = collect(arms, rule)
+    resolution = max(sampler.resolution_ns for sampler in samplers)
+    collected = collect(arms, rule, clock, pause, resolution)
     return collected, [before, probe.state()]

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Prepare, here (network, nvcc), what the GPU self-check needs on a GPU host that has neither,
+# in wheels/ (gitignored; it travels with the working tree):
+#   wheels/kernelwatch-*.whl   kernelwatch itself, without dependencies: the GPU hosts' image
+#                              brings torch, Triton, numpy, scipy, typer, rich and
+#                              nvidia-ml-py, which is all that check, bench and selfcheck import
+#   wheels/cubins/             the CUDA C++ kernels built with nvcc for sm_90a and sm_100a, with
+#                              the build stage's flags, for a host without nvcc
+# Then checks that the wheel installs offline for Python 3.12 (the hosts' Python).
+# Usage: scripts/gpu-wheels.sh   (then, on the GPU host: scripts/gpu-selfcheck.sh)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${KERNELWATCH_PYTHON:-$root/.venv/bin/python}"
+out="$root/wheels"
+rm -rf "$out"
+mkdir -p "$out/cubins"
+
+if ! "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$out" "$root" \
+  >"$out/build.log" 2>&1; then
+  tail -20 "$out/build.log" >&2
+  exit 1
+fi
+rm "$out/build.log"
+"$python" - "$root" "$out/cubins" <<'PY'
+import sys
+from pathlib import Path
+
+from kernelwatch.harness.cuda_kernel import prebuild_cubins
+
+root, out = Path(sys.argv[1]), Path(sys.argv[2])
+for path in prebuild_cubins(sorted((root / "kernels" / "cuda").glob("*.cu")), ("sm_90a", "sm_100a"), out):
+    print(f"gpu-wheels: {path.relative_to(root)}")
+PY
+
+# The hosts run Python 3.12: install the wheel for it, offline, and read it back.
+check="$(mktemp -d)"
+trap 'rm -rf "$check"' EXIT
+"$python" -m pip install -q --no-index --no-deps --only-binary=:all: --python-version 3.12 \
+  --target "$check" "$out"/kernelwatch-*.whl
+for part in kernelwatch/cli/__main__.py kernelwatch/kernels/cuda/silu_and_mul.cu \
+  kernelwatch/cli/selfcheck_stages.py; do
+  [[ -f "$check/$part" ]] || { echo "gpu-wheels: the wheel lacks $part" >&2; exit 1; }
+done
+for py312 in "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12 \
+  /usr/local/bin/python3.12; do
+  if [[ -x "$py312" ]] && "$py312" --version >/dev/null 2>&1; then
+    "$py312" -m compileall -q "$check/kernelwatch" >/dev/null
+    echo "gpu-wheels: the wheel compiles under $("$py312" --version)"
+    break
+  fi
+done
+du -sh "$out" | sed 's/^/gpu-wheels: /'

@@ -1,0 +1,328 @@
+"""The GPU self-check rehearsed on the CPU, end to end: every stage's real code (the device
+measurements, the checks, the A/A pairs through ``ABSession`` and ``verdict``, the judging,
+the report files) against a simulated H200 (``fakegpu.py``: its torch, clocks, events and
+NVML), so the first run on a GPU has only the GPU left to prove."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import date
+from typing import Any
+
+import pytest
+from fakegpu import FakeGpu, doubling_spec
+
+from kernelwatch.analysis import trust
+from kernelwatch.cli.selfcheck_stages import (
+    SelfcheckPlan,
+    gpu_slug,
+    parse_ncu_durations,
+    run_selfcheck_stages,
+)
+from kernelwatch.harness.correctness import check_case
+from kernelwatch.harness.device import Device
+from kernelwatch.harness.records import (
+    ABMeasurement,
+    CorrectnessResult,
+    DeviceInfo,
+    SoftwareInfo,
+)
+from kernelwatch.harness.runner import finite
+from kernelwatch.harness.spec import Suite
+from kernelwatch.harness.suite import select_tasks
+from kernelwatch.harness.supervise import ABRequest, CheckRequest
+from kernelwatch.harness.timing.ab import ABSession
+from kernelwatch.harness.timing.ceilings import CeilingLaunches
+from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
+from kernelwatch.harness.timing.selfcheck import Tools, run_measurements
+from kernelwatch.harness.timing.telemetry import open_probe
+from kernelwatch.harness.timing.timers import COLD, EVENTS_TIMER, GRAPH_TIMER, WARM, CudaTimer
+
+H200 = DeviceInfo("cuda", "NVIDIA H200", "fake-host", False, "8d1f", "9.0", 132, 50 << 20)
+SOFTWARE = SoftwareInfo("0.1.0", "3.12.3", "2.11.0", "3.6.0", "13.0", "580.65")
+COPY_GBPS, GEMM_TFLOPS = 4300.0, 780.0
+
+
+def memory_bound(gbps: float, overhead_ns: float = 1_000.0) -> Callable[[Any], float]:
+    """A kernel moving ``4 size`` bytes (read and write ``size`` bf16 values) at ``gbps``."""
+    return lambda p: overhead_ns + 4 * int(p.get("size", p["n"])) / gbps
+
+
+def suite(gpu: FakeGpu) -> Suite:
+    """Five kernels like the built-in suite's, each timed on the simulated GPU: 1 us, 73 us
+    and 1.2 ms cases (their tensors stay 64 elements on the CPU)."""
+    sizes = (4096, 1 << 26, 1 << 30)
+    llm = {"llm": tuple({"n": 64, "size": size} for size in sizes), "smoke": ({"n": 64},)}
+    names = ("rms_norm", "softmax", "silu_and_mul", "silu_and_mul_cuda", "gemm")
+    return Suite(
+        "fake",
+        tuple(
+            doubling_spec(name, gpu, memory_bound(3700.0), workloads=dict(llm)) for name in names
+        ),
+    )
+
+
+class SimulatedBackend:
+    """The self-check's stages in-process on the simulated GPU, through the same functions
+    the runner child calls."""
+
+    def __init__(
+        self, gpu: FakeGpu, ncu_csv: str | None = None, pair_s: float = 0.0, **tools: Any
+    ) -> None:
+        self.gpu = gpu
+        self.pair_s = pair_s  # host time each A/A case takes besides its samples (compiling)
+        self.suite = suite(gpu)
+        self.device = Device("cpu", H200, can_autotune=True)
+        self.probe = open_probe(H200.uuid, gpu.nvml())
+        self.ncu_csv = ncu_csv
+        self.clock = gpu.monotonic
+        self.tools = Tools(
+            timer=self.timer,
+            probe=self.probe,
+            do_bench=tools.get("do_bench", gpu.do_bench),
+            torch_benchmark=tools.get("torch_benchmark", gpu.torch_benchmark),
+            ceilings=CeilingLaunches(
+                copy=lambda: gpu.kernel(2 * (1 << 30) / COPY_GBPS),
+                copy_bytes=1 << 30,
+                gemm=lambda: gpu.kernel(2 * 8192**3 / GEMM_TFLOPS / 1e3),
+                gemm_size=8192,
+            ),
+            clock=gpu.monotonic,
+            sleep=gpu.sleep,
+        )
+
+    def timer(self, name: str) -> CudaTimer:
+        gpu = self.gpu
+        l2 = COLD if name == EVENTS_TIMER else WARM
+        return CudaTimer(l2, name == GRAPH_TIMER, H200.l2_bytes, gpu.max_mhz, gpu.torch,
+                         gpu.perf_counter_ns)  # fmt: skip
+
+    def measurements(
+        self, plan: SelfcheckPlan, stop_at: float, progress: Callable[[str], None]
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        events: list[tuple[str, dict[str, Any]]] = []
+        emit = lambda name, data: events.append((name, finite(data)))  # noqa: E731
+        run_measurements(self.suite, self.device, SOFTWARE, plan.options, self.tools, emit)
+        return iter(events)
+
+    def _tasks(self, request: CheckRequest, on_plan: Callable[[int], None]) -> Iterator[Any]:
+        tasks = select_tasks(self.suite, request.kernels, request.workload, request.dtypes)
+        on_plan(len(tasks))
+        for task in tasks:
+            if request.stop_at is not None and self.clock() >= request.stop_at:
+                return
+            yield task
+
+    def checks(
+        self, request: CheckRequest, on_plan: Callable[[int], None]
+    ) -> Iterator[CorrectnessResult]:
+        for t in self._tasks(request, on_plan):
+            spec = self.suite.kernel(t.kernel)
+            yield check_case(spec, "fake", t.workload, t.params, t.dtype, self.device, 0, SOFTWARE)
+
+    def pairs(self, request: ABRequest, on_plan: Callable[[int], None]) -> Iterator[ABMeasurement]:
+        session = ABSession(self.device, request.options, SOFTWARE, self.timer(EVENTS_TIMER),
+                            self.probe, self.gpu.monotonic, self.gpu.sleep)  # fmt: skip
+        for t in self._tasks(request, on_plan):
+            self.gpu.sleep(self.pair_s)
+            spec = self.suite.kernel(t.kernel)
+            yield session.measure_pair(spec, spec, "fake", t, 0)
+
+    def has_ncu(self) -> bool:
+        return self.ncu_csv is not None
+
+    def ncu(self, plan: SelfcheckPlan, stop_at: float) -> dict[str, Any]:
+        durations = parse_ncu_durations(self.ncu_csv or "")
+        return {"available": True, "kernel": "silu_and_mul", "case": "n=64 size=1073741824",
+                "ours_ns": 285_400.0, "ncu_ns": durations}  # fmt: skip
+
+
+QUICK = BenchOptions(budget_s=0.01, min_time_s=0.001, warmup_s=0.002, cool_down_s=0.001,
+                     timeout_s=0.05, baseline=False)  # fmt: skip
+PLAN = SelfcheckPlan(
+    options=SelfcheckOptions(
+        bench=QUICK,
+        sol_kernel="silu_and_mul",
+        sol_case={"n": 64, "size": 1 << 30},
+        coverage_kernels=("rms_norm", "gemm"),
+        repeats=6,
+    ),
+    ab_options=replace(QUICK, budget_s=0.02, min_samples=20),
+)
+NCU_CSV = """==PROF== Connected to process 4242
+"ID","Process ID","Process Name","Kernel Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","python3","silu_and_mul_kernel","gpu__time_duration.sum","usecond","284.10"
+"1","4242","python3","silu_and_mul_kernel","gpu__time_duration.sum","usecond","286.02"
+"2","4242","python3","silu_and_mul_kernel","dram__bytes.sum","byte","1,234"
+"""
+
+
+def _run(backend: SimulatedBackend, tmp_path, plan: SelfcheckPlan = PLAN):
+    return run_selfcheck_stages(plan, backend, tmp_path, date(2025, 1, 2))
+
+
+def _statuses(outcome) -> dict[str, str]:
+    return {f.key: f.status for f in outcome.findings}
+
+
+def test_a_healthy_gpu_passes_every_question_and_the_report_has_every_part(tmp_path):
+    gpu = FakeGpu(warm_after_ns=1e6, jitter=0.003)
+    outcome = _run(SimulatedBackend(gpu, ncu_csv=NCU_CSV), tmp_path)
+    assert outcome.folder == tmp_path / "h200-2025-01-02"
+    assert _statuses(outcome) == {key: trust.PASS for key, _ in trust.QUESTIONS}, [
+        (f.key, f.line) for f in outcome.findings if f.status != trust.PASS
+    ]
+    assert outcome.settled
+    files = {p.name for p in outcome.folder.iterdir()}
+    assert files == {
+        "selfcheck.json", "summary.md", "device.json", "granularity.json", "ceilings.json",
+        "sol.json", "agreement.json", "coverage.json", "clocks.json", "correctness.json",
+        "aa.json", "ncu.json",
+    }  # fmt: skip
+    report = json.loads((outcome.folder / "selfcheck.json").read_text())
+    assert [f["question"] for f in report["findings"]] == [q for _, q in trust.QUESTIONS]
+    assert report["device"]["name"] == "NVIDIA H200"
+    assert set(report["stages"]) == {"measurements", "correctness", "aa", "ncu"}
+    summary = (outcome.folder / "summary.md").read_text()
+    assert summary.startswith("# kernelwatch GPU self-check: NVIDIA H200")
+    for _, question in trust.QUESTIONS:
+        assert f"| {question} | **PASS** |" in summary
+    for heading in ("## Kernel times (us)", "## Ceilings"):
+        assert heading in summary
+    aa = json.loads((outcome.folder / "aa.json").read_text())
+    assert aa["planned"] == len(aa["cases"]) == 15
+    assert all(c["same_config"] for c in aa["cases"])
+    granularity = json.loads((outcome.folder / "granularity.json").read_text())
+    assert granularity["smallest_step_ns"] == gpu.event_step_ns
+
+
+def test_a_throttling_gpu_and_a_disagreeing_tool_fail_their_questions(tmp_path):
+    """Clocks at 1300 of 1980 MHz (throttled), and a do_bench reading 20% high."""
+    gpu = FakeGpu(warm_after_ns=1e6, jitter=0.003, clock_override=lambda g: 1300.0)
+    backend = SimulatedBackend(gpu, do_bench=lambda fn: 1.2 * gpu.do_bench(fn))
+    outcome = _run(backend, tmp_path)
+    statuses = _statuses(outcome)
+    assert statuses["clocks"] == statuses["agreement"] == trust.FAIL
+    assert statuses["ncu"] == trust.SKIPPED
+    assert not outcome.settled
+    clocks = next(f for f in outcome.findings if f.key == "clocks")
+    assert "(100.0%) samples throttled" in clocks.line
+    median = re.fullmatch(r"SM clock median (\d+) MHz of max 1980 MHz", clocks.details[0])
+    assert median and int(median[1]) == pytest.approx(1300, rel=0.02)
+
+
+def test_the_deadline_stops_a_stage_keeps_what_it_measured_and_says_so(tmp_path):
+    gpu = FakeGpu(warm_after_ns=1e6, jitter=0.003)
+    backend = SimulatedBackend(gpu, pair_s=20.0)  # each A/A case compiles for 20 s
+    plan = replace(PLAN, deadline_s=200)
+    outcome = _run(backend, tmp_path, plan)
+    aa = json.loads((outcome.folder / "aa.json").read_text())
+    assert 0 < len(aa["cases"]) < aa["planned"]
+    finding = next(f for f in outcome.findings if f.key == "aa")
+    assert finding.status == trust.INCOMPLETE and "deadline stopped the rest" in finding.line
+    report = json.loads((outcome.folder / "selfcheck.json").read_text())
+    assert report["stages"]["aa"].startswith("stopped at its deadline")
+    assert report["seconds"] <= plan.deadline_s + 1
+
+
+def test_a_measurement_that_fails_leaves_the_others(tmp_path):
+    """One tool raising keeps the row's other numbers; a whole measurement raising is that
+    question's failure, and the next measurement runs."""
+    gpu = FakeGpu(warm_after_ns=1e6, jitter=0.003)
+
+    def broken(fn):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    backend = SimulatedBackend(gpu, torch_benchmark=broken)
+    plan = replace(PLAN, options=replace(PLAN.options, sol_case={"tokens": 16384}))
+    outcome = _run(backend, tmp_path, plan)
+    agreement = json.loads((outcome.folder / "agreement.json").read_text())
+    row = agreement["rows"][0]
+    assert row["ours"]["median_ns"] > 0 and row["do_bench_ns"] > 0
+    assert row["torch_benchmark_ns"] is None
+    assert row["errors"] == [
+        "torch_benchmark_ns: RuntimeError: CUDA error: an illegal memory access was encountered"
+    ]
+    statuses = _statuses(outcome)
+    assert statuses["agreement"] == statuses["sol"] == trust.FAIL
+    sol = next(f for f in outcome.findings if f.key == "sol")
+    assert sol.line == "the measurement failed: KeyError: 'n'"
+    assert statuses["coverage"] == trust.PASS  # measured after both failures
+
+
+@pytest.mark.parametrize(
+    ("name", "slug"),
+    [("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3"), ("NVIDIA H200", "h200"), ("", "gpu")],
+)
+def test_gpu_slug(name, slug):
+    assert gpu_slug(name) == slug
+
+
+def test_ncu_durations_are_read_in_ns_from_its_csv():
+    assert parse_ncu_durations(NCU_CSV) == [284_100.0, 286_020.0]
+    assert parse_ncu_durations("==ERROR== ERR_NVGPUCTRPERM") == []
+
+
+def _aa_stage(verdicts: list[str], planned: int | None = None) -> dict[str, Any]:
+    row = {"kernel": "k", "status": "ok", "reason": "", "ratio": 1.0, "ci_low": 0.99,
+           "ci_high": 1.01}  # fmt: skip
+    cases = [{**row, "case": f"n={i}", "verdict": v} for i, v in enumerate(verdicts)]
+    return {"planned": planned or len(cases), "cases": cases}
+
+
+def _finding(key: str, data: dict[str, Any]) -> trust.Finding:
+    return next(f for f in trust.judge(data) if f.key == key)
+
+
+def test_one_false_regression_in_a_hundred_fails_the_a_a_question():
+    assert _finding("aa", {"aa": _aa_stage(["SAME"] * 200)}).status == trust.PASS
+    failed = _finding("aa", {"aa": _aa_stage(["SAME"] * 99 + ["SLOWER"])})
+    assert failed.status == trust.FAIL
+    assert failed.line.startswith("1/100 (1.0%) verdicts other than SAME (1 SLOWER/FASTER)")
+    ambiguous = _finding("aa", {"aa": _aa_stage(["SAME"] * 99 + ["AMBIGUOUS"])})
+    assert ambiguous.status == trust.FAIL and "(0 SLOWER/FASTER)" in ambiguous.line
+
+
+def _repeat(median: float, half: float) -> dict[str, float]:
+    return {"median_ns": median, "ci_low_ns": median - half, "ci_high_ns": median + half}
+
+
+def test_coverage_counts_cis_that_hold_the_other_repeats_median():
+    wide = [_repeat(100.0 + d, 5.0) for d in (0, 1, -1, 2, -2, 0)]
+    narrow = [_repeat(100.0 + d, 0.1) for d in (0, 1, -1, 2, -2, 3)]
+    assert trust.coverage_counts([{"repeats": wide}])[:2] == (6, 6)
+    held, total, _, _ = trust.coverage_counts([{"repeats": narrow}])
+    assert total == 6 and held < 3
+    stage = {"cases": [{"kernel": "k", "case": "n=1", "repeats": narrow}]}
+    assert _finding("coverage", {"coverage": stage}).status == trust.FAIL
+
+
+def test_sol_above_the_copy_ceiling_means_the_model_or_the_timing_is_wrong():
+    stage = {"kernel": "silu_and_mul", "case": "tokens=16384", "gbps": 4000.0,
+             "copy_gbps": 4300.0, "datasheet_gbps": 4800.0}  # fmt: skip
+    assert _finding("sol", {"sol": stage}).status == trust.PASS
+    assert _finding("sol", {"sol": {**stage, "gbps": 4700.0}}).status == trust.FAIL
+    assert _finding("sol", {"sol": {**stage, "copy_gbps": None}}).status == trust.INCOMPLETE
+
+
+def test_a_statistic_narrower_than_the_event_step_fails_granularity():
+    summary = {"median_ns": 2000.0, "rel_ci_halfwidth": 0.0, "stop": "converged"}
+    stage = {"kernel": "k", "case": "n=1", "samples": 200, "distinct": 2,
+             "smallest_step_ns": 500.0, "quantum_ns": 500.0, "summary": summary}  # fmt: skip
+    assert _finding("granularity", {"granularity": stage}).status == trust.FAIL
+    widened = {**summary, "rel_ci_halfwidth": 0.125, "stop": "resolution"}
+    assert _finding("granularity", {"granularity": {**stage, "summary": widened}}).status == (
+        trust.PASS
+    )
+
+
+def test_missing_stages_are_incomplete_and_a_failed_one_says_why():
+    findings = trust.judge({"clocks": {"error": "NVMLError: driver not loaded"}})
+    statuses = {f.key: f.status for f in findings}
+    assert statuses["clocks"] == trust.FAIL and statuses["aa"] == trust.INCOMPLETE
+    assert next(f for f in findings if f.key == "clocks").line == (
+        "the measurement failed: NVMLError: driver not loaded"
+    )
