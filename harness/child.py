@@ -1,6 +1,7 @@
-"""A child process that speaks JSON lines: start it on a plan, read its events with a
-timeout, and when it dies or hangs, say how and keep the tail of what it wrote on stderr.
-The correctness/timing runner and the build runner both run this way."""
+"""A child process that speaks signed JSON lines: start it on a plan in its sandbox, read its
+events with a timeout, and when it dies or hangs, say how and keep the tail of what it wrote
+on stderr. The correctness/timing runner and the build runner both run this way; the
+sandbox is ``sandbox.py``, the signed channel ``channel.py``."""
 
 from __future__ import annotations
 
@@ -14,29 +15,47 @@ import sys
 import threading
 from typing import IO, Any
 
+from kernelwatch.harness.channel import Forged, Reader, new_key
+from kernelwatch.harness.sandbox import Sandbox
+
+#: What a child's event queue delivers: an event, a refused line, or None at end of output.
+Item = dict[str, Any] | Forged | None
+
 #: Bytes of a dead child's stderr kept in its records: enough for a segfault's Python
 #: traceback after faulthandler's list of loaded extension modules (~2 KB with scipy).
 STDERR_TAIL = 6000
 
 
 def spawn(
-    module: str, plan: dict[str, Any], stderr: IO[bytes], env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes | None]]:
-    """Start ``python -m module`` on ``plan`` (JSON on its stdin); its stdout lines arrive on
-    the returned queue. The child leads its own process group, so ``kill`` also ends
-    whatever it started (a compiler, a kernel's helper processes)."""
+    module: str,
+    plan: dict[str, Any],
+    stderr: IO[bytes],
+    box: Sandbox,
+    env: dict[str, str] | None = None,
+    keep_stdin: bool = False,
+) -> tuple[subprocess.Popen[bytes], queue.Queue[Item]]:
+    """Start ``python -m module`` in ``box`` on ``plan`` (one JSON line on its stdin, with
+    the key of its result channel); its verified events arrive on the returned queue. The
+    child's environment is the sandbox's (``env`` overrides it). Its stdin is closed after
+    the plan unless ``keep_stdin`` (a child that asks the parent questions). The child leads
+    its own process group, so ``kill`` also ends whatever it started (a compiler, a kernel's
+    helper processes)."""
+    key = new_key()
     proc = subprocess.Popen(
-        [sys.executable, "-m", module],
+        box.command([sys.executable, "-m", module]),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,
-        env=env,
+        env=env if env is not None else box.env(),
+        cwd=box.home,
         start_new_session=True,
     )
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(plan).encode())
-    proc.stdin.close()
-    return proc, line_queue(proc.stdout)
+    proc.stdin.write(json.dumps({**plan, "key": key}).encode() + b"\n")
+    proc.stdin.flush()
+    if not keep_stdin:
+        proc.stdin.close()
+    return proc, event_queue(proc.stdout, Reader(key))
 
 
 def death(code: int) -> str:
@@ -49,26 +68,23 @@ def death(code: int) -> str:
     return f"exited with code {code}"
 
 
-def decode(line: bytes) -> dict[str, Any] | None:
-    """One event line as a JSON object, or None for anything else the child printed."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-def line_queue(stream: IO[bytes]) -> queue.Queue[bytes | None]:
-    """Lines from ``stream`` on a queue, ``None`` at EOF, so reads can time out."""
-    lines: queue.Queue[bytes | None] = queue.Queue()
+def event_queue(stream: IO[bytes], reader: Reader) -> queue.Queue[Item]:
+    """Events from ``stream`` on a queue, so reads can time out: each line verified by
+    ``reader``; the first line that fails is delivered as its :class:`Forged` error and
+    nothing after it is read; ``None`` at EOF."""
+    items: queue.Queue[Item] = queue.Queue()
 
     def pump() -> None:
         for line in iter(stream.readline, b""):
-            lines.put(line)
-        lines.put(None)
+            try:
+                items.put(reader.read(line))
+            except Forged as refused:
+                items.put(refused)
+                return
+        items.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
-    return lines
+    return items
 
 
 def wait(proc: subprocess.Popen[bytes]) -> int:
