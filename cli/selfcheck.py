@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.app import app
-from kernelwatch.cli.arguments import KernelOption, RepoOption, SuiteOption
+from kernelwatch.cli.arguments import KernelOption, RepoOption, SuiteOption, seconds
 from kernelwatch.cli.console import fail, progress, stderr
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
@@ -34,9 +34,11 @@ def selfcheck(
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
     budget: Annotated[
-        float | None, typer.Option(help="Seconds of sampling per measurement.")
+        float | None, typer.Option(help="Seconds of sampling per measurement.", callback=seconds)
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds the whole self-check may take.")] = 600.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds the whole self-check may take.", callback=seconds)
+    ] = 600.0,
 ) -> None:
     """Compare this harness with triton.testing.do_bench and torch.utils.benchmark on the
     same kernels in one process, measure A/A noise and the device's ceilings, and write a
