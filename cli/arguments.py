@@ -4,6 +4,7 @@ meaning as every other command that has it."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -24,8 +25,22 @@ RepoOption = Annotated[
     typer.Option(help="Repository checkout the suite imports its kernels from."),
 ]
 SeedOption = Annotated[int, typer.Option(help="Seed for the random inputs.")]
+
+
+def seconds(value: float | None) -> float | None:
+    """A duration option's check: a finite number of seconds above zero (exit 2 otherwise)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"must be a finite number of seconds above 0, not {value}")
+    return value
+
+
 TimeoutOption = Annotated[
-    float, typer.Option(help="Seconds one case may run before it counts as hung.")
+    float,
+    typer.Option(help="Seconds one case may run before it counts as hung.", callback=seconds),
+]
+BudgetOption = Annotated[
+    float | None,
+    typer.Option(help="Seconds of sampling per case before giving up on CI.", callback=seconds),
 ]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="JSON on stdout, one record per line, instead of a table.")

@@ -6,16 +6,15 @@ what comes back.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import (
+    BudgetOption,
     DtypesOption,
     JsonOption,
     KernelOption,
@@ -27,7 +26,14 @@ from kernelwatch.cli.arguments import (
     TimeoutOption,
     WorkloadOption,
 )
-from kernelwatch.cli.console import fail, read_pins, save_pins, stderr, stream_records
+from kernelwatch.cli.console import (
+    fail,
+    output_console,
+    read_pins,
+    save_pins,
+    stderr,
+    stream_records,
+)
 from kernelwatch.harness.records import Measurement
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
@@ -58,9 +64,7 @@ def bench(
     target_ci: Annotated[
         float, typer.Option(help="Stop once the median's 95% CI half-width is under this.")
     ] = 0.005,
-    budget: Annotated[
-        float | None, typer.Option(help="Seconds of sampling per case before giving up on CI.")
-    ] = None,
+    budget: BudgetOption = None,
     pin: PinOption = None,
     save_pins_to: SavePinsOption = None,
     measure_ceilings: Annotated[
@@ -145,7 +149,7 @@ def _number(value: float | None, spec: str) -> str:
 
 def _print_table(records: list[Measurement]) -> None:
     """The measurement table on stdout; reasons shared by many rows are numbered notes."""
-    out = Console() if sys.stdout.isatty() else Console(width=200)
+    out = output_console(200)
     notes: dict[str, int] = {}
     table = Table(title="bench" + (f" ({records[0].method.label()})" if records else ""))
     columns = ("kernel", "case", "dtype", "median", "95% CI", "samples", "TFLOP/s", "GB/s")

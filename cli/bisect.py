@@ -32,6 +32,8 @@ def bisect(
     """
     if regression is None and (good is None or bad is None):
         fail("pass --good REV and --bad REV, or --regression ID", code=2)
+    if regression is not None:
+        _check_regression(regression)
     prepare_prefect()
     from kernelwatch.flows.bisection import bisect as bisect_flow
 
@@ -52,3 +54,15 @@ def bisect(
     print_bisection(summary)
     if summary.culprit is None:
         raise typer.Exit(1)
+
+
+def _check_regression(regression_id: int) -> None:
+    """Exit 2 with one line when the store has no such regression."""
+    from kernelwatch.cli.connection import open_store
+    from kernelwatch.store.triage_state import TriageNotFound, show_regression
+
+    with open_store() as conn:
+        try:
+            show_regression(conn, regression_id)
+        except TriageNotFound as exc:
+            fail(str(exc), code=2)

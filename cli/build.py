@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kernelwatch.analysis.static_diff import Finding, diff_builds
 from kernelwatch.analysis.thresholds import StaticThresholds, Thresholds
@@ -33,7 +34,7 @@ from kernelwatch.cli.arguments import (
     WorkloadOption,
 )
 from kernelwatch.cli.configuration import configuration
-from kernelwatch.cli.console import fail, progress, stderr
+from kernelwatch.cli.console import fail, output_console, progress, stderr
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS, parse_archs
 from kernelwatch.harness.build.cache import default_cache_dir
 from kernelwatch.harness.build.stage import (
@@ -218,7 +219,7 @@ def _kernelwatch_repo() -> Path:
 
 
 def _console() -> Console:
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    return output_console(200)
 
 
 def _print_builds(records: list[BuildMetrics]) -> None:
@@ -230,7 +231,7 @@ def _print_builds(records: list[BuildMetrics]) -> None:
     for r in records:
         status = "cached" if r.cached else r.status
         if r.status != "ok":
-            status = f"[bold red]error[/bold red] {r.reason}"
+            status = Text.assemble(("error", "bold red"), f" {r.reason}")
         table.add_row(
             r.kernel,
             r.function,
@@ -265,7 +266,7 @@ def _print_findings(findings: list[Finding]) -> None:
             f.config,
             f.case,
             f.before,
-            f"[bold red]{f.after}[/bold red]",
+            Text(str(f.after), style="bold red"),
             f.message,
         )
     _console().print(table)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kernelwatch.cli.app import app
@@ -22,7 +20,14 @@ from kernelwatch.cli.arguments import (
     TimeoutOption,
     WorkloadOption,
 )
-from kernelwatch.cli.console import fail, read_pins, save_pins, stderr, stream_records
+from kernelwatch.cli.console import (
+    fail,
+    output_console,
+    read_pins,
+    save_pins,
+    stderr,
+    stream_records,
+)
 from kernelwatch.harness.records import CorrectnessResult
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
@@ -84,7 +89,7 @@ def check(
 def _print_table(results: list[CorrectnessResult]) -> None:
     """The verdict table on stdout; reasons shared by many rows (an interpreter gap) are
     printed once, as numbered notes under the table."""
-    out = Console() if sys.stdout.isatty() else Console(width=160)
+    out = output_console(160)
     notes: dict[str, int] = {}
     table = Table(title="correctness")
     for column in ("kernel", "case", "dtype", "rel. error", "tolerance", "verdict", "reason"):

@@ -22,7 +22,15 @@ from kernelwatch.harness.timing.pinning import (
     pins_to_json,
 )
 
-stderr = Console(stderr=True)
+# Text from the store, kernels and users is printed as text: Rich markup is off everywhere,
+# so an assignee named "[/red]" or a kernel's error is shown as it is, never parsed.
+stderr = Console(stderr=True, markup=False)
+
+
+def output_console(width: int) -> Console:
+    """The stdout console for tables: the terminal's width, or ``width`` when piped."""
+    return Console(markup=False) if sys.stdout.isatty() else Console(width=width, markup=False)
+
 
 _R = TypeVar("_R", CorrectnessResult, Measurement)
 
@@ -30,7 +38,7 @@ _R = TypeVar("_R", CorrectnessResult, Measurement)
 def progress() -> Progress:
     """A transient progress bar on stderr, silent when stderr is not a terminal."""
     return Progress(
-        TextColumn("[progress.description]{task.description}"),
+        TextColumn("{task.description}", style="progress.description", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),

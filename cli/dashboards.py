@@ -11,6 +11,7 @@ import typer
 
 from kernelwatch.cli.app import app
 from kernelwatch.cli.console import fail, stderr
+from kernelwatch.config.redact import redact, redact_url
 
 dashboards_app = typer.Typer(
     no_args_is_help=True, help="Grafana dashboards and alerting as code: export, push."
@@ -94,7 +95,7 @@ def push(
     from kernelwatch.dashboards.alert_rules import Receivers
 
     if urlparse(url).scheme not in ("http", "https") or not urlparse(url).hostname:
-        fail(f"--url must be an http(s) URL of Grafana, not {url!r}", code=2)
+        fail(f"--url must be an http(s) URL of Grafana, not {redact_url(url)!r}", code=2)
     if token and (user or password):
         fail("give either --token or --user/--password, not both", code=2)
     if bool(user) != bool(password):
@@ -110,7 +111,7 @@ def push(
             pushing.connect(url, credential), _checked_dashboards(), receivers, source
         )
     except pushing.GrafanaUnavailable as exc:
-        fail(f"{url}: {exc}", code=1)
+        fail(f"{redact_url(url)}: {redact(str(exc), password or '', token or '')}", code=1)
     for name in result.created:
         typer.echo(f"created {name}")
     for name in result.updated:
@@ -120,6 +121,7 @@ def push(
             "note: no receiver given: contact points and notification policy left as they are"
         )
     for failure in result.failed:
+        failure = redact(failure, password or "", token or "")
         stderr.print(f"error: {failure}", markup=False, highlight=False, soft_wrap=True)
     if result.failed:
         raise typer.Exit(1)

@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kernelwatch.analysis.changepoints import Detection, detect
 from kernelwatch.analysis.thresholds import DetectorConfig, Thresholds
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import JsonOption
 from kernelwatch.cli.configuration import configuration
-from kernelwatch.cli.console import fail, progress, stderr
+from kernelwatch.cli.console import fail, output_console, progress, stderr
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,8 @@ def _read(file: Path) -> list[SeriesInput]:
         text = sys.stdin.read() if str(file) == "-" else file.read_text()
     except OSError as exc:
         fail(f"cannot read {file}: {exc.strerror}", code=2)
+    except UnicodeDecodeError as exc:
+        fail(f"{file} is not UTF-8 text (byte {exc.start}); write JSON lines", code=2)
     out = []
     for number, raw in enumerate(text.splitlines(), start=1):
         if raw.strip():
@@ -114,6 +116,8 @@ def _parse(line: int, raw: str) -> SeriesInput:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         fail(f"{where}: not JSON ({exc.msg}); write one JSON object per line", code=2)
+    except (RecursionError, ValueError) as exc:  # nested too deep, a number too long
+        fail(f"{where}: not readable JSON ({type(exc).__name__}); one flat object a line", 2)
     if not isinstance(data, dict):
         fail(f"{where}: expected a JSON object with a 'y' list, got {type(data).__name__}", 2)
     if "y" not in data:
@@ -122,7 +126,7 @@ def _parse(line: int, raw: str) -> SeriesInput:
     if not isinstance(y, list) or not y:
         fail(f"{where}: 'y' must be a non-empty list of numbers", code=2)
     for i, v in enumerate(y):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not _finite(v):
             fail(f"{where}: y[{i}] is {json.dumps(v)}; 'y' must hold finite numbers", code=2)
         if v <= 0:
             fail(f"{where}: y[{i}] is {v}; values must be positive times or rates", code=2)
@@ -137,6 +141,13 @@ def _parse(line: int, raw: str) -> SeriesInput:
     if kernel is not None and not isinstance(kernel, str):
         fail(f"{where}: 'kernel' must be a string (the kernel's name)", code=2)
     return SeriesInput(line, data.get("id", line), y, data.get("t"), data.get("rev"), lower, kernel)
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 def _to_json(result: SeriesResult) -> dict[str, Any]:
@@ -164,17 +175,17 @@ def _to_json(result: SeriesResult) -> dict[str, Any]:
 
 
 def _print_table(results: list[SeriesResult]) -> None:
-    out = Console() if sys.stdout.isatty() else Console(width=160)
+    out = output_console(160)
     table = Table(title="change points")
     for column in ("series", "points", "noise", "status", "change points"):
         table.add_column(column, overflow="fold")
     for result in results:
         s, found = result.series, result.found
         if found.status == "too_short":
-            status = f"[yellow]too short[/yellow] (needs {2 * result.config.min_size})"
+            status = Text(f"too short (needs {2 * result.config.min_size})", style="yellow")
             noise = "-"
         else:
-            status = "[green]no change[/green]" if not found.change_points else "changed"
+            status = Text("no change", style="green") if not found.change_points else "changed"
             noise = f"{found.noise_pct:.2f}%"
         lines = []
         for cp in found.change_points:

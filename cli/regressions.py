@@ -16,7 +16,7 @@ from kernelwatch.analysis.triage_rules import ALLOWED, CLOSED, STATE_FILTERS, Tr
 from kernelwatch.cli.arguments import JsonOption
 from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
-from kernelwatch.cli.console import fail
+from kernelwatch.cli.console import fail, output_console
 
 if TYPE_CHECKING:
     from kernelwatch.store.triage_state import Moved
@@ -86,9 +86,16 @@ def update(
     points, open one regression per culprit range, close those whose series recovered. The
     thresholds are kernelwatch.toml's ([detection], per-kernel [[thresholds]])."""
     from kernelwatch.flows.detection import detect_and_alert
+    from kernelwatch.store.series_history import repository_id
 
     config = configuration()
     with open_store(config.database) as conn:
+        if repository_id(conn, repository) is None:
+            known = [r for (r,) in conn.execute("SELECT name FROM repositories ORDER BY name")]
+            fail(
+                f"no repository {repository!r} in the store; stored: {', '.join(known) or 'none'}",
+                2,
+            )
         report = detect_and_alert(conn, repository, config.thresholds)
     typer.echo(
         f"detection: {report.series} series ({report.too_short} too short to judge), "
@@ -228,4 +235,4 @@ def _short(sha: str | None) -> str:
 
 
 def _out() -> Console:
-    return Console(width=160) if not Console().is_terminal else Console()
+    return output_console(160)

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.app import app
-from kernelwatch.cli.arguments import KernelOption, RepoOption, SuiteOption
+from kernelwatch.cli.arguments import KernelOption, RepoOption, SuiteOption, seconds
 from kernelwatch.cli.console import fail, progress, stderr
 from kernelwatch.cli.selfcheck_stages import ChildBackend, SelfcheckPlan, run_selfcheck_stages
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
@@ -40,10 +40,15 @@ def selfcheck(
     repo: RepoOption = None,
     budget: Annotated[
         float | None,
-        typer.Option(help="Seconds of sampling per measurement and per A/A case."),
+        typer.Option(
+            help="Seconds of sampling per measurement and per A/A case.", callback=seconds
+        ),
     ] = None,
     deadline: Annotated[
-        float, typer.Option(help="Seconds the whole self-check may take, every stage included.")
+        float,
+        typer.Option(
+            help="Seconds the whole self-check may take, every stage included.", callback=seconds
+        ),
     ] = SelfcheckPlan.deadline_s,
 ) -> None:
     """Settle whether the timing can be trusted on this GPU: A/A false regressions, CI

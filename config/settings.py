@@ -16,8 +16,10 @@ import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kernelwatch.analysis.bisect_search import BisectConfig
 from kernelwatch.analysis.thresholds import SECTIONS, Thresholds
@@ -74,6 +76,18 @@ class PoolConfig:
     """The cron's time zone."""
     gpu: str = ""
     """The GPU model, for people reading the file."""
+
+    def __post_init__(self) -> None:
+        from cronsim import CronSim, CronSimError
+
+        try:
+            CronSim(self.cron, datetime(2000, 1, 1))
+        except CronSimError as exc:
+            raise ValueError(f"cron {self.cron!r} is not a cron expression: {exc}") from None
+        try:
+            ZoneInfo(self.timezone)
+        except (ValueError, ZoneInfoNotFoundError):
+            raise ValueError(f"timezone {self.timezone!r} is not a known time zone") from None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ dataclass field's type, and every error naming the file and the key."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -38,7 +39,18 @@ def values(
         if key not in names:
             raise ConfigError(f"{file}: {where}: unknown key {key!r}; known: {', '.join(names)}")
         out[key] = _coerce(value, hints[key], f"{where} {key}", file)
+        _check_duration(key, out[key], f"{where} {key}", file)
     return out
+
+
+def _check_duration(key: str, value: Any, where: str, file: Path) -> None:
+    """Seconds (keys ending in ``_s``) are never negative; a timeout or a budget is more
+    than zero (zero would stop every case, or never start one)."""
+    if not key.endswith("_s") or not isinstance(value, int | float):
+        return
+    if value < 0 or (value == 0 and ("timeout" in key or "budget" in key)):
+        least = "more than 0" if "timeout" in key or "budget" in key else "0 or more"
+        raise ConfigError(f"{file}: {where} must be {least} seconds, not {value}")
 
 
 def record(
@@ -102,6 +114,8 @@ def _coerce(value: Any, hint: Any, where: str, file: Path) -> Any:
             raise ConfigError(f"{file}: {where} must be a number")
         if hint is int and not isinstance(value, int):
             raise ConfigError(f"{file}: {where} must be an integer")
+        if not math.isfinite(value):
+            raise ConfigError(f"{file}: {where} must be a finite number, not {value}")
         return hint(value)
     if hint is str:
         if not isinstance(value, str):

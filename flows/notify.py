@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from kernelwatch.config.redact import redact, redact_url
 from kernelwatch.config.settings import Notifications
 
 
@@ -73,5 +74,8 @@ def _post(url: str, body: dict[str, object], timeout_s: float) -> list[str]:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             response.read()
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return [f"notification to {url} failed: {exc}"]
+        # A webhook's URL is its secret: neither it nor an error quoting it is repeated.
+        return [
+            f"notification to {redact_url(url, keep_path=False)} failed: {redact(str(exc), url)}"
+        ]
     return []

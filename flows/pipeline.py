@@ -45,10 +45,11 @@ def suite_at(repo: RepositoryConfig, checkout: Path) -> SuiteRef:
 
 
 def build_stage(
-    repo: RepositoryConfig, checkout: Path, kernels: Sequence[str]
+    repo: RepositoryConfig, checkout: Path, kernels: Sequence[str], trusted: bool = True
 ) -> list[BuildMetrics]:
     """Cross-compile ``kernels`` for the repository's archs (none configured: nothing).
-    Unchanged kernels come from the build cache, keyed by their source."""
+    Unchanged kernels come from the build cache, keyed by their source; only a ``trusted``
+    run (not a pull request's) adds to it."""
     if not repo.archs or not kernels:
         return []
     request = BuildRequest(
@@ -58,6 +59,7 @@ def build_stage(
         workload=repo.build_workload or repo.workload,
         dtypes=repo.dtypes,
         cache_dir=str(default_cache_dir()),
+        cache_writes=trusted,
     )
     return run_build(request).records
 

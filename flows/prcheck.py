@@ -17,13 +17,13 @@ from prefect.artifacts import create_markdown_artifact
 from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
 from kernelwatch.flows.reporting import artifact_key
-from kernelwatch.flows.repos import commit_info
+from kernelwatch.flows.repos import commit_info, revision
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
-from kernelwatch.harness.worktree import checkout, resolve
+from kernelwatch.harness.worktree import checkout
 from kernelwatch.report.compare import comparison_from_runs
 from kernelwatch.report.html import write_compare_report
-from kernelwatch.report.markdown import MARKER, pr_comment
+from kernelwatch.report.markdown import error_comment, pr_comment
 from kernelwatch.report.repro import repository_sources
 
 NO_REGRESSION, REGRESSION, ERROR = 0, 1, 2
@@ -55,7 +55,7 @@ def pr_check(
     repo = config.repository(repository)
     config.pool(pool)
     path = tasks.sync_repository(repo)
-    base_sha, head_sha = resolve(path, base), resolve(path, head)
+    base_sha, head_sha = revision(path, base), revision(path, head)
     out = Path(out_dir or Path(config.run.report_dir) / f"pr-{base_sha[:8]}-{head_sha[:8]}")
     context = pipeline.RunContext("pr", repo.name, pool, tasks.flow_run_id())
     started = pipeline.now()
@@ -64,8 +64,12 @@ def pr_check(
         try:
             checks_a = tasks.check(repo, a.path, timeout)
             checks_b = tasks.check(repo, b.path, timeout)
-            builds_a = tasks.build(repo, base_sha, a.path, pipeline.buildable_kernels(checks_a))
-            builds_b = tasks.build(repo, head_sha, b.path, pipeline.buildable_kernels(checks_b))
+            builds_a = tasks.build(
+                repo, base_sha, a.path, pipeline.buildable_kernels(checks_a), trusted=False
+            )
+            builds_b = tasks.build(
+                repo, head_sha, b.path, pipeline.buildable_kernels(checks_b), trusted=False
+            )
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
             return _error(repo.name, base_sha, head_sha, str(exc))
         passed_a = set(pipeline.timed_kernels(checks_a))
@@ -105,7 +109,6 @@ def pr_check(
 
 def _error(repository: str, base: str, head: str, message: str) -> PrCheckSummary:
     create_markdown_artifact(
-        f"{MARKER.format(outcome=ERROR)}\n# pr check could not run\n\n{message}\n",
-        key=artifact_key("pr-check", repository, head[:12]),
+        error_comment(message), key=artifact_key("pr-check", repository, head[:12])
     )
     return PrCheckSummary(repository, base, head, ERROR, error=message)

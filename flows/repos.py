@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -40,11 +41,40 @@ def sync(repo: RepositoryConfig) -> Path:
     if not (path / ".git").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         _git_or_raise(path.parent, "clone", "--quiet", repo.source, str(path))
-    else:
-        _git_or_raise(path, "fetch", "--quiet", "--prune", "origin")
+    # Pull requests' heads too: a fork's commits are reachable only from refs/pull/N/head.
+    _git_or_raise(path, "fetch", "--quiet", "--prune", "origin", *FETCHED)
     # Local branch names track the remote's, so revisions like `main` mean the fetched head.
     _git_or_raise(path, "update-ref", f"refs/heads/{repo.branch}", f"origin/{repo.branch}")
     return path
+
+
+#: What a fetch brings: every branch, and every pull request's head (GitHub's
+#: ``refs/pull/N/head``; hosts without them have none to fetch, which is not an error).
+FETCHED = (
+    "+refs/heads/*:refs/remotes/origin/*",
+    "+refs/pull/*/head:refs/remotes/origin/pull/*",
+)
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def revision(path: Path, rev: str) -> str:
+    """The full SHA ``rev`` names in the checkout at ``path``. A full SHA the checkout does
+    not have (a fork's commit not under any ref fetched) is fetched from ``origin`` by SHA
+    first."""
+    try:
+        return resolve(path, rev)
+    except RevisionError:
+        if not _FULL_SHA.fullmatch(rev) or not (path / ".git").exists():
+            raise
+    fetch = subprocess.run(
+        ["git", "fetch", "--quiet", "origin", rev], cwd=path, capture_output=True, text=True
+    )
+    if fetch.returncode != 0:
+        raise RevisionError(
+            f"commit {rev[:12]} is in no branch or pull request of {path} and origin would not "
+            "serve it by SHA"
+        )
+    return resolve(path, rev)
 
 
 def commit_info(path: Path, rev: str, branch: str | None = None) -> CommitInfo:

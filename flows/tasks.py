@@ -4,8 +4,9 @@
   a result and a regression is a finding, and re-running either until it goes away would
   hide exactly what kernelwatch exists to show.
 - The build is cached by commit, suite, targets and toolchain: a commit built once (by a
-  nightly, a PR check or a bisection) is not built again; below that, the build cache skips
-  unchanged kernels by their source hash.
+  nightly or a bisection) is not built again; below that, the build cache skips unchanged
+  kernels by their source hash. A pull request's builds are cached apart and never written
+  to the build cache (docs/SECURITY.md). Cached results are JSON, never pickles.
 - Timing holds a global concurrency slot named after the device, so two benchmarks never
   share a GPU, whatever the pools and schedules say.
 """
@@ -93,6 +94,7 @@ def device_slot() -> Iterator[None]:
 def _build_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
     repo: RepositoryConfig = parameters["repo"]
     parts = (
+        "trusted" if parameters["trusted"] else "untrusted",
         repo.name,
         parameters["sha"],
         repo.suite,
@@ -117,19 +119,34 @@ def sync_repository(repo: RepositoryConfig) -> Path:
     return sync(repo)
 
 
+# Stored as JSON, never pickled: a result file someone managed to plant or change is read
+# as data, not executed when a later run loads it.
 @task(
     name="build",
     cache_key_fn=_build_key,
     cache_expiration=timedelta(days=90),
     persist_result=True,
+    result_serializer="json",
     retry_condition_fn=infrastructure_only,
     **_RETRY,
 )
+def _build(
+    repo: RepositoryConfig, sha: str, checkout: Path, kernels: tuple[str, ...], trusted: bool
+) -> list[dict[str, Any]]:
+    return [r.to_json() for r in pipeline.build_stage(repo, checkout, kernels, trusted)]
+
+
 def build(
-    repo: RepositoryConfig, sha: str, checkout: Path, kernels: tuple[str, ...]
+    repo: RepositoryConfig,
+    sha: str,
+    checkout: Path,
+    kernels: tuple[str, ...],
+    trusted: bool = True,
 ) -> list[BuildMetrics]:
-    """Cross-compile one commit's ``kernels`` for the repository's archs."""
-    return pipeline.build_stage(repo, checkout, kernels)
+    """Cross-compile one commit's ``kernels`` for the repository's archs. A commit nobody
+    has reviewed (a pull request's, ``trusted`` False) reads the caches but adds nothing to
+    the ones nightly runs reuse."""
+    return [BuildMetrics.from_json(r) for r in _build(repo, sha, checkout, kernels, trusted)]
 
 
 @task(name="check", **_UNCACHED)

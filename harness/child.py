@@ -1,6 +1,7 @@
-"""A child process that speaks JSON lines: start it on a plan, read its events with a
-timeout, and when it dies or hangs, say how and keep the tail of what it wrote on stderr.
-The correctness/timing runner and the build runner both run this way."""
+"""A child process that speaks signed JSON lines: start it on a plan in its sandbox, read its
+events with a timeout, and when it dies or hangs, say how and keep the tail of what it wrote
+on stderr. The correctness/timing runner and the build runner both run this way; the
+sandbox is ``sandbox.py``, the signed channel ``channel.py``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ import sys
 import threading
 from collections.abc import Sequence
 from typing import IO, Any
+
+from kernelwatch.harness.channel import Forged, Reader, new_key
+from kernelwatch.harness.sandbox import Sandbox
+
+#: What a child's event queue delivers: an event, a refused line, or None at end of output.
+Item = dict[str, Any] | Forged | None
 
 #: The children started and not yet reaped, so that a signal ending this process can end
 #: them too (:func:`stop`).
@@ -40,20 +47,27 @@ def spawn(
     module: str,
     plan: dict[str, Any],
     stderr: IO[bytes],
+    box: Sandbox,
     env: dict[str, str] | None = None,
+    keep_stdin: bool = False,
     wrapper: Sequence[str] = (),
-) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes | None]]:
-    """Start ``python -m module`` on ``plan`` (JSON on its stdin), under ``wrapper`` (a
-    profiler's command line) if given; its stdout lines arrive on the returned queue. The
-    child leads its own process group, so ``kill`` also ends whatever it started (a
-    compiler, a kernel's helper processes). Raises :class:`Stopped` after a stop signal."""
+) -> tuple[subprocess.Popen[bytes], queue.Queue[Item]]:
+    """Start ``python -m module`` in ``box`` on ``plan`` (one JSON line on its stdin, with
+    the key of its result channel), under ``wrapper`` (a profiler's command line) if given;
+    its verified events arrive on the returned queue. The child's environment is the
+    sandbox's (``env`` overrides it). Its stdin is closed after the plan unless
+    ``keep_stdin`` (a child that asks the parent questions). The child leads its own process
+    group, so ``kill`` also ends whatever it started (a compiler, a kernel's helper
+    processes). Raises :class:`Stopped` after a stop signal."""
     check_stopped()
+    key = new_key()
     proc = subprocess.Popen(
-        [*wrapper, sys.executable, "-m", module],
+        box.command([*wrapper, sys.executable, "-m", module]),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,
-        env=env,
+        env=env if env is not None else box.env(),
+        cwd=box.home,
         start_new_session=True,
     )
     _LIVE.add(proc)
@@ -61,9 +75,13 @@ def spawn(
         kill(proc)
         check_stopped()
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(plan).encode())
-    proc.stdin.close()
-    return proc, line_queue(proc.stdout)
+    proc.stdin.write(json.dumps({**plan, "key": key}).encode() + b"\n")
+    proc.stdin.flush()
+    if not keep_stdin:
+        proc.stdin.close()
+    # A profiler wrapping the child prints its own lines on the same stdout: those are
+    # skipped, not taken as forgeries (only the self-check's built-in suite runs wrapped).
+    return proc, event_queue(proc.stdout, Reader(key), skip_unsigned=bool(wrapper))
 
 
 def death(code: int) -> str:
@@ -76,26 +94,28 @@ def death(code: int) -> str:
     return f"exited with code {code}"
 
 
-def decode(line: bytes) -> dict[str, Any] | None:
-    """One event line as a JSON object, or None for anything else the child printed."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-def line_queue(stream: IO[bytes]) -> queue.Queue[bytes | None]:
-    """Lines from ``stream`` on a queue, ``None`` at EOF, so reads can time out."""
-    lines: queue.Queue[bytes | None] = queue.Queue()
+def event_queue(
+    stream: IO[bytes], reader: Reader, skip_unsigned: bool = False
+) -> queue.Queue[Item]:
+    """Events from ``stream`` on a queue, so reads can time out: each line verified by
+    ``reader``; the first line that fails is delivered as its :class:`Forged` error and
+    nothing after it is read (with ``skip_unsigned``, such lines are dropped instead);
+    ``None`` at EOF."""
+    items: queue.Queue[Item] = queue.Queue()
 
     def pump() -> None:
         for line in iter(stream.readline, b""):
-            lines.put(line)
-        lines.put(None)
+            try:
+                items.put(reader.read(line))
+            except Forged as refused:
+                if skip_unsigned:
+                    continue
+                items.put(refused)
+                return
+        items.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
-    return lines
+    return items
 
 
 def wait(proc: subprocess.Popen[bytes]) -> int:

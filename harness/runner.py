@@ -3,7 +3,8 @@
 Kernel code is imported only here, never in the platform's own process, so a segfault, a
 hang or a corrupted CUDA context costs one case, not the run (see ``supervise.py``).
 
-Protocol: a JSON plan on stdin; JSON lines on stdout, in order:
+Protocol: a JSON plan on stdin's first line (with the key of the result channel); signed
+JSON lines on stdout (``channel.py``), in order:
 ``{"event": "plan", "tasks": [...], "device": {...}, "software": {...}, "method": ...}``, then
 per case ``{"event": "begin", "task": i}`` and ``{"event": "result", "task": i, "record": {...}}``.
 The plan's ``mode`` is ``check`` (correctness records), ``bench`` (measurement records; the
@@ -40,7 +41,8 @@ if TYPE_CHECKING:  # kernel-side modules are imported only after the device is c
     from kernelwatch.harness.timing.case import BenchSession
 
     RunCase = Callable[[Task], CorrectnessResult | Measurement | ABMeasurement]
-    Emit = Callable[[dict[str, Any]], None]
+
+Emit = Callable[[dict[str, Any]], None]
 
 #: Exit code asking the supervisor for a fresh process (after a CUDA error, the context is
 #: unusable for every later case).
@@ -50,9 +52,8 @@ EXIT_FATAL = 3
 
 def main() -> int:
     """Run the plan read from stdin; see the module docstring for the protocol."""
-    protocol = private_stdout()
+    emit, plan = open_channel()
     faulthandler.enable()  # a segfault leaves a Python traceback in the stderr tail
-    plan = json.load(sys.stdin)
     mode = plan.get("mode", "check")
 
     from kernelwatch.harness.device import select_device
@@ -61,10 +62,6 @@ def main() -> int:
 
     from kernelwatch.harness.device import software_info
     from kernelwatch.harness.suite import SelectionError, SuiteLoadError
-
-    def emit(event: dict[str, Any]) -> None:
-        protocol.write(json.dumps(event, allow_nan=False) + "\n")
-        protocol.flush()
 
     try:
         suites = _load_suites(plan)
@@ -263,6 +260,18 @@ def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase
         )
 
     return ab
+
+
+def open_channel() -> tuple[Emit, dict[str, Any]]:
+    """The signed writer of the result channel and the plan, before any kernel code runs:
+    this process made non-dumpable, the plan (and its channel key) read from stdin's first
+    line, fd 1 kept for the channel and anything kernel code prints sent to stderr."""
+    from kernelwatch.harness.channel import Writer, protect_process
+
+    protect_process()
+    plan = json.loads(sys.stdin.readline())
+    writer = Writer(private_stdout(), plan.pop("key"))
+    return writer.send, plan
 
 
 def private_stdout() -> IO[str]:

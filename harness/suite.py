@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,8 +84,9 @@ def load_suite(ref: SuiteRef) -> Suite:
     from kernelwatch.harness.spec import Suite
 
     root = Path(ref.root).resolve() if ref.root else None
-    if root is not None and not root.is_dir():
-        raise SuiteLoadError(f"suite root {ref.root!r} is not a directory")
+    if root is not None and not (os.access(root, os.R_OK | os.X_OK) and root.is_dir()):
+        # Missing, or out of the sandbox user's reach: either way nothing to import.
+        raise SuiteLoadError(f"suite root {ref.root!r} is not a directory this process can read")
     try:
         if ref.is_file:
             module = _import_file(ref.target, root)

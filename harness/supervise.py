@@ -4,6 +4,9 @@ The supervisor reads the runner's JSON lines (``runner.py``). When the child die
 middle of a case (segfault, abort, illegal memory access) or a case outlives its timeout, that
 case is recorded as an error with the child's stderr tail, and a fresh child resumes at the
 next case. Nothing already reported is lost, and no kernel code runs in this process.
+
+Every child runs in a sandbox (``sandbox.py``) and reports on a signed channel
+(``channel.py``); a case's record is taken only as the answer to the case the child began.
 """
 
 from __future__ import annotations
@@ -13,10 +16,19 @@ import queue
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernelwatch.harness.child import check_stopped, death, decode, kill, spawn, tail, wait
+from kernelwatch.harness.channel import Forged
+from kernelwatch.harness.child import (
+    check_stopped,
+    death,
+    kill,
+    spawn,
+    stop_requested,
+    tail,
+    wait,
+)
 from kernelwatch.harness.records import (
     ABMeasurement,
     CaseId,
@@ -27,6 +39,7 @@ from kernelwatch.harness.records import (
     SoftwareInfo,
     read_record,
 )
+from kernelwatch.harness.sandbox import Sandbox, sandbox
 from kernelwatch.harness.suite import SuiteRef, Task
 from kernelwatch.harness.timing.pinning import Pins, pins_to_json
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
@@ -159,33 +172,49 @@ def run_ab(
 def _supervise(
     request: CheckRequest, ctx: _Context, on_plan: Callable[[int], None] | None
 ) -> Iterator[Outcome]:
-    start = 0
-    while True:
-        next_start = yield from _run_child(request, start, ctx, on_plan)
-        if next_start is None or next_start >= len(ctx.tasks):
-            return
-        start = next_start
+    with sandbox() as box:
+        request = _in_sandbox(request, box)
+        start = 0
+        while True:
+            next_start = yield from _run_child(request, box, start, ctx, on_plan)
+            if next_start is None or next_start >= len(ctx.tasks):
+                return
+            start = next_start
+
+
+def _in_sandbox(request: CheckRequest, box: Sandbox) -> CheckRequest:
+    """``request`` with its suites where the sandboxed child can import them."""
+    request = replace(request, suite=box.suite(request.suite))
+    if isinstance(request, ABRequest):
+        request = replace(request, suite_b=box.suite(request.suite_b))
+    return request
 
 
 def _run_child(
     request: CheckRequest,
+    box: Sandbox,
     start: int,
     ctx: _Context,
     on_plan: Callable[[int], None] | None,
 ) -> Iterator[Outcome]:
-    """One child process; returns the index to resume at, or None when all cases are done."""
+    """One child process; returns the index to resume at, or None when all cases are done.
+
+    A case's result counts only when it is the one the child began, and only once the child
+    goes on to the next case or ends cleanly after the last: a result the child did not
+    follow up properly (it died, hung or stopped early right after it) or that arrived out of
+    turn is refused, and the case becomes an error. So a kernel that writes a fake result
+    and then crashes its process gains nothing."""
     with tempfile.TemporaryFile(mode="w+b") as stderr:
-        proc, lines = spawn(
-            "kernelwatch.harness.runner", {**request.plan(start), "carry": ctx.carry}, stderr
-        )
+        proc, events = spawn(RUNNER, {**request.plan(start), "carry": ctx.carry}, stderr, box)
         current: int | None = None
+        held: tuple[int, Outcome] | None = None
         next_index = start
         deadline = time.monotonic() + request.startup_timeout_s
         try:
             while True:
                 stop_at = request.stop_at if request.stop_at is not None else math.inf
                 try:
-                    line = lines.get(timeout=max(0.0, min(deadline, stop_at) - time.monotonic()))
+                    event = events.get(timeout=max(0.0, min(deadline, stop_at) - time.monotonic()))
                 except queue.Empty:
                     kill(proc)
                     if time.monotonic() >= stop_at:
@@ -195,24 +224,38 @@ def _run_child(
                             f"the runner produced nothing for {request.startup_timeout_s:.0f} s "
                             "while loading the suite"
                         ) from None
+                    if held is not None and current is None:
+                        yield _settled(request, ctx, held, "then hung", tail(stderr))
                     # Stuck inside a case, or between two: either way the next case pays.
                     stuck = current if current is not None else next_index
                     reason = f"timed out after {request.case_timeout_s:.0f} s (hung?)"
                     yield _failure(request, ctx, stuck, reason, tail(stderr))
                     return stuck + 1
-                event = decode(line) if line is not None else None
-                if event is None:  # end of output, or a line cut short by a dying child
-                    if line is not None:
-                        kill(proc)
+                if isinstance(event, Forged):
+                    kill(proc)
+                    if not ctx.planned:
+                        raise SuiteError(f"the runner's output was refused: {event}")
+                    index = current if current is not None else (held or (next_index,))[0]
+                    reason = f"refused: {event} (kernel code writing results?)"
+                    yield _failure(request, ctx, index, reason, tail(stderr))
+                    return index + 1
+                if event is None:  # end of output
                     code = wait(proc)
-                    check_stopped()  # killed by a stop signal: not the case's fault
+                    if stop_requested():  # killed by our stop signal: not the case's fault
+                        if held is not None and current is None:
+                            yield _settled(request, ctx, held, "", tail(stderr))
+                        check_stopped()
                     if current is not None:
                         yield _failure(request, ctx, current, death(code), tail(stderr))
                         return current + 1
-                    if not ctx.planned or (code != 0 and next_index == start):
+                    if not ctx.planned or (next_index == start and held is None):
                         last = (tail(stderr).splitlines() or ["(empty)"])[-1]
                         raise SuiteError(f"the runner {death(code)} before running a case: {last}")
-                    return next_index if code != 0 else None
+                    if held is not None:
+                        clean = code == 0 and next_index >= len(ctx.tasks)
+                        why = "" if clean else f"then {death(code)} before the next case"
+                        yield _settled(request, ctx, held, why, tail(stderr))
+                    return next_index
                 kind = event.get("event")
                 if kind == "fatal":
                     proc.wait()
@@ -228,15 +271,50 @@ def _run_child(
                         on_plan(len(ctx.tasks))
                     deadline = time.monotonic() + request.case_timeout_s
                 elif kind == "begin":
+                    if held is not None:
+                        yield held[1]
+                        held = None
                     current = int(event["task"])
                     deadline = time.monotonic() + request.case_timeout_s
                 elif kind == "result":
-                    yield read_record(event["record"])
-                    next_index = int(event["task"]) + 1
+                    index = int(event["task"])
+                    record = read_record(event["record"])
+                    if index != current or not _is_case(record, ctx, index):
+                        kill(proc)
+                        stray = current if current is not None else next_index
+                        reason = f"refused a result for case {index} while case {stray} ran"
+                        yield _failure(request, ctx, stray, reason, tail(stderr))
+                        return stray + 1
+                    held = (index, record)  # type: ignore[assignment]
+                    next_index = index + 1
                     current = None
                     deadline = time.monotonic() + request.case_timeout_s
         finally:
             kill(proc)
+
+
+def _is_case(record: Any, ctx: _Context, index: int) -> bool:
+    """Whether ``record`` reports the case ``index`` of the plan, in the mode's kind."""
+    if not isinstance(record, Outcome) or not 0 <= index < len(ctx.tasks):
+        return False
+    task = ctx.tasks[index]
+    case = record.case
+    return (case.suite, case.kernel, case.workload, dict(case.params), case.dtype) == (
+        ctx.suite, task.kernel, task.workload, dict(task.params), task.dtype,
+    )  # fmt: skip
+
+
+def _settled(
+    request: CheckRequest, ctx: _Context, held: tuple[int, Outcome], why: str, stderr_tail: str
+) -> Outcome:
+    """A held result once the child stopped: as reported when it stopped cleanly (``why``
+    empty) or when it reports no success; otherwise refused, as an error saying why."""
+    index, record = held
+    claims = getattr(record, "verdict", None) == "pass" or getattr(record, "status", "") == "ok"
+    if not why or not claims:
+        return record
+    reason = f"refused its result: the runner reported it, {why}"
+    return _failure(request, ctx, index, reason, stderr_tail)
 
 
 @dataclass(frozen=True)
@@ -267,24 +345,24 @@ def run_selfcheck(
     Raises :class:`SelectionUnavailable` for a selection the suite lacks and
     :class:`SuiteError` when the suite cannot load or the child dies.
     """
-    with tempfile.TemporaryFile(mode="w+b") as stderr:
-        proc, lines = spawn(RUNNER, request.plan(), stderr, wrapper=request.wrapper)
+    with tempfile.TemporaryFile(mode="w+b") as stderr, sandbox() as box:
+        plan = {**request.plan(), "suite": box.suite(request.suite).to_json()}
+        proc, events = spawn(RUNNER, plan, stderr, box, wrapper=request.wrapper)
         stop_at = request.stop_at if request.stop_at is not None else math.inf
         try:
             while True:
                 try:
-                    line = lines.get(timeout=max(0.0, min(stop_at - time.monotonic(), 1e6)))
+                    event = events.get(timeout=max(0.0, min(stop_at - time.monotonic(), 1e6)))
                 except queue.Empty:
                     return
-                if line is None:
+                if isinstance(event, Forged):
+                    raise SuiteError(f"the self-check runner's output was refused: {event}")
+                if event is None:
                     code = wait(proc)
                     if code == 0:
                         return
                     last = (tail(stderr).splitlines() or ["(empty)"])[-1]
                     raise SuiteError(f"the self-check runner {death(code)}: {last}")
-                # Anything else on stdout (a profiler wrapping the child prints its own
-                # lines there) is not an event.
-                event = decode(line) or {}
                 if event.get("event") == "progress":
                     on_progress(event["message"])
                 elif event.get("event") == "stage":

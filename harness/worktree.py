@@ -41,6 +41,8 @@ def checkout(repo: Path, rev: str) -> Iterator[Checkout]:
     """A detached worktree of ``rev``, removed (with its git bookkeeping) on exit."""
     sha = resolve(repo, rev)
     parent = Path(tempfile.mkdtemp(prefix="kernelwatch-rev-"))
+    # The code is no secret, and the sandbox user that imports it must get through.
+    parent.chmod(0o755)
     path = parent / sha[:12]
     try:
         proc = _git(repo, "worktree", "add", "--detach", "--quiet", str(path), sha)

@@ -8,6 +8,7 @@ worst first) and each table that lost rows says how many were left out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ MARKER = "<!-- kernelwatch:pr-check outcome={outcome} -->"
 _CELL_MAX = 160
 #: Rows every table keeps before any table gets more, when not everything fits.
 _FIRST_ROWS = 10
+#: Text that renders as itself: no mention, link, image, emphasis or HTML can be made of it.
+_PLAIN = re.compile(r"[A-Za-z0-9 _.,:;=+\-/%()\[\]\\\u00d7\u2192\u00b1\u2026\u00b5]*")
 _CUT = "\n\n_(comment cut to fit GitHub's size limit; see the full report)_\n"
 
 
@@ -193,10 +196,23 @@ def _clip(value: str) -> str:
     return value if len(value) <= _CELL_MAX else value[: _CELL_MAX - 1] + "…"
 
 
-def _text(value: str) -> str:
-    # One table cell or line: no line breaks, no column separators, no raw HTML.
-    flat = " ".join(str(value).split())
-    return flat.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+def _text(value: object) -> str:
+    """Untrusted text (kernel names, parameters, errors, device names) as one inline code
+    span: on one line, with no column separator, and nothing in it rendered, so no mention,
+    link, image or HTML a pull request's kernels put there reaches the bot's comment."""
+    flat = " ".join(str(value).split()).replace("|", "\\|")
+    if _PLAIN.fullmatch(flat) and not any(m in flat.lower() for m in ("](", "://", "www.")):
+        return flat  # numbers, names and labels that cannot form markup read better plain
+    # A fence longer than any run of backticks inside; padded when the text touches one.
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
+
+
+def error_comment(message: str) -> str:
+    """The comment of a PR check that could not run: its outcome marker and ``message``
+    (untrusted: it may quote the suite's own error) as inline code."""
+    return f"{MARKER.format(outcome=2)}\n# pr check could not run\n\n{_text(message)}\n"
 
 
 def _count(n: int, one: str, many: str) -> str:

@@ -12,6 +12,8 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kernelwatch.config.redact import redact_url
+
 if TYPE_CHECKING:
     from kernelwatch.config.settings import Config
 
@@ -49,7 +51,8 @@ class Target:
 def bench_command(target: Target, source: Source | None = None) -> str:
     """A shell command that checks the commit out and times the row's kernel, workload and
     dtype (every case of that workload: ``bench`` selects no finer)."""
-    location = source.location if source is not None else target.repository
+    # A URL's credentials (a token in user info or the query) never reach a report.
+    location = redact_url(source.location) if source is not None else target.repository
     suite = source.suite if source is not None else target.suite
     steps = []
     checkout = location

@@ -35,7 +35,7 @@ from kernelwatch.store.columns import BUILDS, CORRECTNESS, RUNS, TABLES, Table, 
 from kernelwatch.store.identity import canonical_params, case_key, series_key
 from kernelwatch.store.measurement_rows import COLUMNS as MEASUREMENT_COLUMNS
 from kernelwatch.store.measurement_rows import rows as measurement_rows
-from kernelwatch.store.runfile import Run
+from kernelwatch.store.runfile import Run, storable
 from kernelwatch.store.samples import COLUMNS as SAMPLE_COLUMNS
 from kernelwatch.store.samples import SampleBatch
 
@@ -83,7 +83,9 @@ class Ingester:
         self._keys: dict[tuple[Any, ...], str] = {}
 
     def ingest(self, run: Run) -> IngestResult:
-        """Store ``run`` and all its records in one transaction, or nothing at all."""
+        """Store ``run`` and all its records in one transaction, or nothing at all. Text the
+        database cannot hold (a NUL byte from a kernel's stderr) is replaced first."""
+        run = storable(run)
         info = run.info
         self._pending = {}
         with self.conn.transaction():

@@ -3,11 +3,14 @@ RunInfo, then one record a line), which the spool and ``kernelwatch db replay`` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernelwatch.harness.records import (
     BuildMetrics,
@@ -31,6 +34,41 @@ class Run:
     @classmethod
     def of(cls, info: RunInfo, records: Iterable[RunRecord]) -> Run:
         return cls(info, tuple(records))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(run: Run) -> Run:
+    """``run`` with every text made storable in PostgreSQL: NUL characters and unpaired
+    surrogates (what undecodable bytes from a kernel's output become) are replaced by U+FFFD.
+    Records without such text are returned as they are, without a copy."""
+    return _clean(run)  # type: ignore[no-any-return]
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        if "\x00" in value or _SURROGATE.search(value):
+            return _SURROGATE.sub("\ufffd", value.replace("\x00", "\ufffd"))
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _clean(old)
+            if new is not old:
+                changed[f.name] = new
+        return dataclasses.replace(value, **changed) if changed else value
+    if isinstance(value, Mapping):
+        items = [(_clean(k), _clean(v)) for k, v in value.items()]
+        pairs = zip(items, value.items(), strict=True)
+        same = all(k is k0 and v is v0 for (k, v), (k0, v0) in pairs)
+        return value if same else dict(items)
+    if isinstance(value, tuple | list) and value and not isinstance(value[0], int | float):
+        cleaned = [_clean(v) for v in value]
+        same = all(a is b for a, b in zip(cleaned, value, strict=True))
+        return value if same else type(value)(cleaned)
+    return value
 
 
 def read_run_file(path: Path) -> Run:

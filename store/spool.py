@@ -5,7 +5,11 @@ during COMMIT) a no-op, so every run lands exactly once."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import shutil
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,10 +57,12 @@ class Submitter:
         self._ingester: Ingester | None = None
 
     def submit(self, run: Run) -> Submitted:
-        """Ingest ``run``, or spool it when the database cannot be reached."""
+        """Ingest ``run``, or spool it when the database cannot take it, whatever the reason
+        (unreachable, another schema, a value it refuses): a night's results are never lost
+        to the store."""
         try:
             result = self._get().ingest(run)
-        except (StoreUnavailable, SchemaMismatch, psycopg.OperationalError) as exc:
+        except (StoreUnavailable, SchemaMismatch, psycopg.Error) as exc:
             self.close()
             path = spool_run(run, self.config.spool_dir)
             return Submitted(run.info.run_id, spooled=path, reason=_one_line(exc))
@@ -83,44 +89,68 @@ def spool_run(run: Run, spool_dir: Path) -> Path:
 
 
 def pending(spool_dir: Path) -> list[Path]:
-    """Spooled run files, oldest first."""
+    """Spooled run files, oldest first (anything else named ``*.jsonl``, such as a
+    directory, is not a run file: ``replay`` rejects it)."""
     if not spool_dir.is_dir():
         return []
-    return sorted(spool_dir.glob("*.jsonl"), key=lambda p: (p.stat().st_mtime, p.name))
+    found = []
+    for path in spool_dir.glob("*.jsonl"):
+        with contextlib.suppress(FileNotFoundError):  # replayed meanwhile by another process
+            found.append((path.stat().st_mtime, path.name, path))
+    return [path for *_, path in sorted(found)]
 
 
 def replay(config: StoreConfig | None = None) -> ReplayReport:
     """Ingest every spooled run, removing each file once its transaction committed. Stops,
-    leaving the rest, if the database becomes unreachable; moves malformed files aside."""
+    leaving the rest, if the database becomes unreachable; a file that cannot be replayed
+    (unreadable, malformed, or refused by the database) moves to ``rejected/`` beside a
+    ``.reason`` file, and the rest go on. Replays running at once take turns."""
     config = config or load().database
     report = ReplayReport()
-    files = pending(config.spool_dir)
-    if not files:
+    if not pending(config.spool_dir):
         return report
-    try:
-        ingester = Ingester(connect(resolve(config).url))
-    except (StoreUnavailable, SchemaMismatch) as exc:
-        report.remaining, report.reason = len(files), _one_line(exc)
-        return report
-    with ingester.conn:
-        for index, path in enumerate(files):
-            try:
-                result = ingester.ingest(read_run_file(path))
-            except RecordError as exc:
-                report.rejected.append((_reject(path, config.spool_dir), _one_line(exc)))
-                continue
-            except psycopg.OperationalError as exc:
-                report.remaining, report.reason = len(files) - index, _one_line(exc)
-                return report
-            (report.loaded if result.stored else report.duplicates).append(result.run_id)
-            path.unlink()
+    with _replay_lock(config.spool_dir):
+        files = pending(config.spool_dir)
+        if not files:
+            return report
+        try:
+            ingester = Ingester(connect(resolve(config).url))
+        except (StoreUnavailable, SchemaMismatch) as exc:
+            report.remaining, report.reason = len(files), _one_line(exc)
+            return report
+        with ingester.conn:
+            for index, path in enumerate(files):
+                try:
+                    result = ingester.ingest(read_run_file(path))
+                except psycopg.OperationalError as exc:
+                    report.remaining, report.reason = len(files) - index, _one_line(exc)
+                    return report
+                except (RecordError, OSError, UnicodeDecodeError, psycopg.Error) as exc:
+                    reason = f"{type(exc).__name__}: {_one_line(exc)}"
+                    report.rejected.append((_reject(path, config.spool_dir, reason), reason))
+                    continue
+                (report.loaded if result.stored else report.duplicates).append(result.run_id)
+                path.unlink()
     return report
 
 
-def _reject(path: Path, spool_dir: Path) -> Path:
+@contextlib.contextmanager
+def _replay_lock(spool_dir: Path) -> Iterator[None]:
+    with open(spool_dir / ".replay.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _reject(path: Path, spool_dir: Path, reason: str) -> Path:
     target = spool_dir / REJECTED / path.name
     target.parent.mkdir(exist_ok=True)
+    if target.exists():
+        target = target.with_name(f"{path.stem}-{uuid.uuid4().hex[:8]}{path.suffix}")
     shutil.move(path, target)
+    target.with_name(target.name + ".reason").write_text(reason + "\n")
     return target
 
 

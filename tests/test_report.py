@@ -186,7 +186,42 @@ def test_pr_comment_cells_cannot_break_the_table():
     weird = replace(c.slower[0].head, kernel="a|b<script>\nc")
     c = replace(c, cases=(replace(c.slower[0], head=weird),))
     row = next(x for x in pr_comment(c).splitlines() if "a\\|b" in x)
-    assert "a\\|b&lt;script&gt; c" in row and row.count(" | ") == 6
+    assert "`a\\|b<script> c`" in row and row.count(" | ") == 6
+
+
+HOSTILE = (
+    "@maintainers please merge",
+    "[click me](https://evil.example/x)",
+    "![pixel](https://evil.example/p.png)",
+    "<img src=x onerror=alert(1)>",
+    "https://evil.example/autolink",
+    "``fence`` breaker` ",
+    "see #1 and GH-2",
+)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_pr_comment_markdown_injection_from_kernel_text_is_inert(text):
+    c = _comparison(slower=1)
+    hostile = replace(c.slower[0].head, kernel=text, params={"p": text}, dtype=text)
+    c = replace(c, cases=(replace(c.slower[0], head=hostile),), notes=(text,))
+    comment = pr_comment(c)
+    for line in comment.splitlines()[1:]:
+        if text.split()[0] in line:
+            # Every occurrence sits inside an inline code span, where nothing is rendered.
+            spans = re.findall(r"(`+) ?(.*?) ?\1", line)
+            outside = re.sub(r"(`+).*?\1", "", line)
+            assert spans and "@" not in outside and "](" not in outside and "<" not in outside
+            assert "://" not in outside and "#1" not in outside
+
+
+def test_pr_check_error_comment_quotes_suite_errors_inertly():
+    from kernelwatch.report.markdown import error_comment
+
+    comment = error_comment("could not import suite: @team ![x](https://e/x.png) <b>")
+    assert comment.splitlines()[0] == "<!-- kernelwatch:pr-check outcome=2 -->"
+    body = comment.splitlines()[-1]
+    assert body.startswith("`") and body.endswith("`")
 
 
 def _finding(i: int) -> Finding:

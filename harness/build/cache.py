@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kernelwatch.harness.records import BuildMetrics, RecordError
 
@@ -42,6 +43,17 @@ def cache_key(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+class Cache(Protocol):
+    """What a build needs of a cache: look a key up, offer a record."""
+
+    def get(self, key: str) -> BuildMetrics | None: ...
+
+    def put(self, key: str, record: BuildMetrics) -> None: ...
+
+
 class BuildCache:
     """Build records on disk under ``root``, one JSON file per key. Writes are atomic
     (rename), so parallel builders and an interrupted run never leave a torn entry."""
@@ -50,10 +62,14 @@ class BuildCache:
         self.root = root
 
     def _path(self, key: str) -> Path:
+        # Keys come from build children, which run kernel code: never a path of their own.
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"not a build cache key: {key[:80]!r}")
         return self.root / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> BuildMetrics | None:
-        """The stored record, or None when absent or unreadable (then it is rebuilt)."""
+        """The stored record, or None when absent, unreadable or not a key (then it is
+        rebuilt)."""
         try:
             return BuildMetrics.from_json(json.loads(self._path(key).read_text()))
         except (OSError, ValueError, RecordError):

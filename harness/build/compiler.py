@@ -19,7 +19,7 @@ from typing import Any
 from kernelwatch.harness.build import nvcc
 from kernelwatch.harness.build import nvtools
 from kernelwatch.harness.build.archs import ARCHS
-from kernelwatch.harness.build.cache import BuildCache, cache_key
+from kernelwatch.harness.build.cache import Cache, cache_key
 from kernelwatch.harness.build.plan import Job
 from kernelwatch.harness.build.capture import CudaLaunch, TritonLaunch
 from kernelwatch.harness.cuda_kernel import source_hash
@@ -37,7 +37,7 @@ class _Artifact:
     seconds: float
 
 
-def build(job: Job, suite: str, cache: BuildCache | None) -> BuildMetrics:
+def build(job: Job, suite: str, cache: Cache | None) -> BuildMetrics:
     """The build record of ``job``: from the cache when the same source, specialisation,
     target and toolchain were built before, else compiled now. Never raises for a kernel's
     own failure: that is an ``error`` record."""

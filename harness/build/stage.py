@@ -9,6 +9,8 @@ stderr tail and a fresh child resumes the rest of that worker's share.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import queue
 import tempfile
@@ -16,20 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS
-from kernelwatch.harness.child import (
-    check_stopped,
-    death,
-    decode,
-    kill,
-    spawn,
-    stop_requested,
-    tail,
-    wait,
-)
-from kernelwatch.harness.records import BuildMetrics
+from kernelwatch.harness.build.cache import BuildCache
+from kernelwatch.harness.child import check_stopped, death, kill, spawn, stop_requested, tail, wait
+from kernelwatch.harness.records import BuildMetrics, RecordError
+from kernelwatch.harness.sandbox import Sandbox, sandbox
 from kernelwatch.harness.suite import SuiteRef
 
 #: The workload whose shapes decide the specialisation (a spec without it uses its first).
@@ -47,7 +43,9 @@ def default_workers() -> int:
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """What to build, where the cache is (None: no cache) and how long a compile may take."""
+    """What to build, where the cache is (None: no cache), whether this run may add to it
+(False for code nobody has reviewed: a pull request's builds read the cache but never
+write it) and how long a compile may take."""
 
     suite: SuiteRef = field(default_factory=SuiteRef)
     archs: Sequence[str] = DEFAULT_ARCHS
@@ -55,6 +53,7 @@ class BuildRequest:
     workload: str = DEFAULT_WORKLOAD
     dtypes: Sequence[str] = ()
     cache_dir: str | None = None
+    cache_writes: bool = True
     workers: int = field(default_factory=default_workers)
     task_timeout_s: float = 600.0
     startup_timeout_s: float = 300.0
@@ -66,7 +65,7 @@ class BuildRequest:
             "workload": self.workload,
             "dtypes": list(self.dtypes),
             "archs": list(self.archs),
-            "cache": self.cache_dir,
+            "cache": self.cache_dir is not None,
             "worker": worker,
             "workers": self.workers,
             "skip": sorted(skip),
@@ -90,12 +89,16 @@ def run_build(
     ``on_plan(n)`` is called once with the number of builds, ``on_record`` per record.
     """
     events: queue.Queue[tuple[Any, ...]] = queue.Queue()
-    with tempfile.TemporaryDirectory(prefix="kernelwatch-triton-") as triton_cache:
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        # Triton's own cache would skip ptxas and with it the spill report; ours is above it.
-        env["TRITON_CACHE_DIR"] = triton_cache
+    with sandbox() as box:
+        # The sandbox's Triton cache is new for this run: Triton's own cache would skip ptxas
+        # and with it the spill report; ours is above it.
+        env = {k: v for k, v in box.env().items() if k != "TRITON_INTERPRET"}
+        request = replace(request, suite=box.suite(request.suite))
+        cache = BuildCache(Path(request.cache_dir)) if request.cache_dir else None
         threads = [
-            threading.Thread(target=_worker, args=(request, w, env, events), daemon=True)
+            threading.Thread(
+                target=_worker, args=(request, w, box, env, cache, events), daemon=True
+            )
             for w in range(request.workers)
         ]
         for thread in threads:
@@ -130,11 +133,16 @@ def run_build(
 
 
 def _worker(
-    request: BuildRequest, worker: int, env: dict[str, str], events: queue.Queue[tuple[Any, ...]]
+    request: BuildRequest,
+    worker: int,
+    box: Sandbox,
+    env: dict[str, str],
+    cache: BuildCache | None,
+    events: queue.Queue[tuple[Any, ...]],
 ) -> None:
     done: set[int] = set()
     try:
-        while not stop_requested() and _run_child(request, worker, env, done, events):
+        while not stop_requested() and _run_child(request, worker, box, env, cache, done, events):
             pass
     finally:
         events.put(("done",))
@@ -143,21 +151,28 @@ def _worker(
 def _run_child(
     request: BuildRequest,
     worker: int,
+    box: Sandbox,
     env: dict[str, str],
+    cache: BuildCache | None,
     done: set[int],
     events: queue.Queue[tuple[Any, ...]],
 ) -> bool:
     """One child process; True when it died in a build and a fresh one should resume."""
     with tempfile.TemporaryFile(mode="w+b") as stderr:
         proc, lines = spawn(
-            "kernelwatch.harness.build.worker", request.plan(worker, done), stderr, env
+            "kernelwatch.harness.build.worker",
+            request.plan(worker, done),
+            stderr,
+            box,
+            env,
+            keep_stdin=True,
         )
         current: tuple[int, dict[str, Any]] | None = None
         deadline = time.monotonic() + request.startup_timeout_s
         try:
             while True:
                 try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    event = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     kill(proc)
                     if current is None:
@@ -166,18 +181,23 @@ def _run_child(
                     reason = f"the compiler timed out after {request.task_timeout_s:.0f} s"
                     _fail(current, reason, tail(stderr), done, events)
                     return True
-                event = decode(line) if line is not None else None
-                if event is None:
-                    if line is not None:
+                if not isinstance(event, dict):
+                    if event is not None:
                         kill(proc)
                     code = wait(proc)
                     if stop_requested():  # killed by a stop signal: not the build's fault
                         return False
                     if current is not None:
-                        reason = f"the build process {death(code)} while compiling"
+                        reason = (
+                            f"the build process {death(code)} while compiling"
+                            if event is None
+                            else f"refused: {event} (kernel code writing results?)"
+                        )
                         _fail(current, reason, tail(stderr), done, events)
                         return True
-                    if code != 0:
+                    if event is not None:
+                        events.put(("fatal", f"the build runner's output was refused: {event}"))
+                    elif code != 0:
                         last = (tail(stderr).splitlines() or ["(empty)"])[-1]
                         events.put(("fatal", f"the build runner {death(code)}: {last}"))
                     return False
@@ -185,6 +205,9 @@ def _run_child(
                 if kind == "fatal":
                     events.put(("fatal", event["message"]))
                     return False
+                if kind in ("lookup", "store"):
+                    _serve_cache(event, cache, request.cache_writes, proc)
+                    continue
                 if kind == "plan":
                     events.put(("plan", event["suite"], int(event["tasks"])))
                 elif kind == "begin":
@@ -197,6 +220,23 @@ def _run_child(
                 deadline = time.monotonic() + request.task_timeout_s
         finally:
             kill(proc)
+
+
+def _serve_cache(
+    event: dict[str, Any], cache: BuildCache | None, writes: bool, proc: Any
+) -> None:
+    """Answer a build child's cache lookup on its stdin, or store what it built when this
+    run may write the cache."""
+    key = str(event.get("key", ""))
+    if event["event"] == "lookup":
+        hit = cache.get(key) if cache is not None else None
+        answer = json.dumps({"record": hit.to_json() if hit is not None else None})
+        with contextlib.suppress(OSError):  # the child died meanwhile
+            proc.stdin.write(answer.encode() + b"\n")
+            proc.stdin.flush()
+    elif cache is not None and writes:
+        with contextlib.suppress(ValueError, RecordError):
+            cache.put(key, BuildMetrics.from_json(event["record"]))
 
 
 def _fail(

@@ -7,7 +7,9 @@ Protocol: a JSON plan on stdin (``BuildRequest.plan``); JSON lines on stdout:
 ``{"event": "plan", "suite": NAME, "tasks": N}``, then for each task this worker owns
 (see ``main``, minus ``skip``) ``{"event": "begin", "task": i, "record": {...}}``
 (the record's identity, for the parent to report if this process dies) and
-``{"event": "result", "task": i, "record": {...}}``. A suite that cannot be imported ends
+``{"event": "result", "task": i, "record": {...}}``. The build cache is the parent's: the
+worker asks ``{"event": "lookup", "key": K}`` and reads ``{"record": {...} | null}`` on its
+stdin, and offers a fresh build with ``{"event": "store", "key": K, "record": {...}}``. A suite that cannot be imported ends
 with ``{"event": "fatal", "message": "..."}``.
 """
 
@@ -21,19 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from kernelwatch.harness.records import BuildMetrics
-from kernelwatch.harness.runner import EXIT_FATAL, private_stdout
+from kernelwatch.harness.runner import EXIT_FATAL, Emit, open_channel
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteLoadError, SuiteRef, load_suite
 
 
 def main() -> int:
     """Plan, then build this worker's share; see the module docstring for the protocol."""
-    protocol = private_stdout()
+    emit, plan = open_channel()
     faulthandler.enable()
-    plan = json.load(sys.stdin)
-
-    def emit(event: dict[str, Any]) -> None:
-        protocol.write(json.dumps(event, allow_nan=False) + "\n")
-        protocol.flush()
 
     try:
         suite = _load(SuiteRef.from_json(plan["suite"]))
@@ -41,7 +38,6 @@ def main() -> int:
         emit({"event": "fatal", "message": str(exc)})
         return EXIT_FATAL
 
-    from kernelwatch.harness.build.cache import BuildCache
     from kernelwatch.harness.build.plan import plan_builds
     from kernelwatch.harness.build.compiler import build
     from kernelwatch.harness.spec import DTYPES
@@ -62,7 +58,7 @@ def main() -> int:
     )
     tasks: list[Any] = [*failures, *jobs]
     emit({"event": "plan", "suite": suite.name, "tasks": len(tasks)})
-    cache = BuildCache(Path(plan["cache"])) if plan["cache"] else None
+    cache = ParentCache(emit) if plan["cache"] else None
     skip = set(plan["skip"])
     for index in range(len(tasks)):
         # Both targets of one launch go to one worker and neighbouring launches (of similar
@@ -77,6 +73,23 @@ def main() -> int:
         record = build(task, suite.name, cache)
         emit({"event": "result", "task": index, "record": record.to_json()})
     return 0
+
+
+class ParentCache:
+    """The build cache as this process sees it: through the parent, which alone reads and
+    writes the files (kernel code here can neither read another run's entries nor plant
+    one; the parent stores only what a trusted run built)."""
+
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+
+    def get(self, key: str) -> BuildMetrics | None:
+        self._emit({"event": "lookup", "key": key})
+        answer = json.loads(sys.stdin.readline() or "{}").get("record")
+        return BuildMetrics.from_json(answer) if answer else None
+
+    def put(self, key: str, record: BuildMetrics) -> None:
+        self._emit({"event": "store", "key": key, "record": record.to_json()})
 
 
 def _load(ref: SuiteRef) -> Any:

@@ -1,0 +1,97 @@
+"""Malformed input gets one clear line and exit 2, never a traceback; text from the store,
+kernels or users is printed as text, never as Rich markup (issue 17, findings 10-11)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from kernelwatch.config.settings import parse
+from kernelwatch.config.tables import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"database": {"urll": "postgresql://x@/y"}}, "unknown key 'urll'"),
+        ({"run": {"case_timeout_s": float("nan")}}, "finite number"),
+        ({"run": {"case_timeout_s": -5.0}}, "more than 0 seconds"),
+        ({"bench": {"budget_s": -1.0}}, "more than 0 seconds"),
+        ({"bench": {"budget_s": float("inf")}}, "finite number"),
+        ({"bisect": {"budget_s": 0.0}}, "more than 0 seconds"),
+        ({"bench": {"warmup_s": -0.1}}, "0 or more seconds"),
+        ({"pools": {"a": {"cron": "not a cron"}}}, "not a cron expression"),
+        ({"pools": {"a": {"cron": "61 3 * * *"}}}, "not a cron expression"),
+        ({"pools": {"a": {"timezone": "Mars/Olympus"}}}, "not a known time zone"),
+    ],
+)
+def test_config_nonsense_is_refused_naming_the_key(tmp_path, data, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(data, tmp_path / "kernelwatch.toml")
+
+
+def _one_line_exit_2(proc) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_timeout_inf_is_bad_input_not_a_traceback(kernelwatch_cli):
+    _one_line_exit_2(kernelwatch_cli("check", "-k", "rms_norm", "--timeout", "inf"))
+    _one_line_exit_2(kernelwatch_cli("bench", "-k", "rms_norm", "--budget", "-1"))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"id": "x", "y": [' + b"9" * 400 + b", 1, 1]}\n",
+        b"[" * 100_000 + b"]" * 100_000 + b"\n",
+        b'{"id": "\xff", "y": [1, 2]}\n',
+    ],
+    ids=["400-digit number", "deep nesting", "invalid UTF-8"],
+)
+def test_detect_malformed_series_file_is_one_line_exit_2(kernelwatch_cli, tmp_path, content):
+    path = tmp_path / "series.jsonl"
+    path.write_bytes(content)
+    proc = kernelwatch_cli("detect", str(path))
+    _one_line_exit_2(proc)
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+
+
+def test_detect_series_id_is_printed_as_text_not_markup(kernelwatch_cli, tmp_path):
+    path = tmp_path / "series.jsonl"
+    path.write_text('{"id": "[/red][bold]x", "y": [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]}\n')
+    proc = kernelwatch_cli("detect", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "[/red][bold]x" in proc.stdout
+
+
+def test_regression_assignee_markup_does_not_break_regressions_list(
+    kernelwatch_cli, store_url, monkeypatch, tmp_path
+):
+    with psycopg.connect(store_url) as conn:
+        repo = conn.execute("INSERT INTO repositories (name) VALUES ('[red]r') RETURNING id")
+        conn.execute(
+            "INSERT INTO regressions (repository_id, title, assignee) VALUES (%s, %s, %s)",
+            (repo.fetchone()[0], "[bold]title[/i]", "[/red]"),
+        )
+    monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    proc = kernelwatch_cli("regressions", "list")
+    assert proc.returncode == 0, proc.stderr
+    assert "[/red]" in proc.stdout and "[bold]title[/i]" in proc.stdout
+
+
+def test_unknown_repository_and_regression_are_bad_input(
+    kernelwatch_cli, store_url, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
+    config = tmp_path / "kernelwatch.toml"
+    config.write_text(f'[[repositories]]\nname = "demo"\nsource = "{tmp_path}"\nsuite = "s.py"\n')
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+    proc = kernelwatch_cli("regressions", "update", "--repository", "nosuch")
+    _one_line_exit_2(proc)
+    assert "no repository 'nosuch'" in proc.stderr
+    proc = kernelwatch_cli("bisect", "--regression", "99999")
+    _one_line_exit_2(proc)
+    assert "no regression #99999" in proc.stderr
