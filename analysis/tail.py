@@ -89,7 +89,7 @@ def tail_shift(
     for m in range(min(rule.max_points, n), rule.min_points - 1, -1):
         k = n - m
         if any(i >= k for i in excluded):
-            break
+            continue
         before = [i for i in range(max(regime_start, 0), k) if i not in excluded]
         before = before[-rule.reference :]
         if len(before) < rule.min_reference:

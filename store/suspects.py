@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.rows import dict_row
 
 
 @dataclass(frozen=True)
@@ -137,3 +138,14 @@ def regression_cases(
         (regression_id, kind),
     )
     return {(r[0], r[1], r[2]) for r in rows}
+
+
+def run_suspects(conn: psycopg.Connection, run_id: str) -> list[dict[str, object]]:
+    """The suspects of one nightly run as ``report_night_suspects`` shows them, the ones
+    that opened or joined a regression first, then by severity."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT * FROM report_night_suspects WHERE run_id = %s "
+            "ORDER BY regression_id IS NULL, severity DESC NULLS LAST, suspect_id",
+            (run_id,),
+        ).fetchall()

@@ -137,11 +137,13 @@ FROM report_regressions g
     ) bis ON true"""
 
 # The morning-after view: every suspect of every nightly run, with the run's night, the
-# series it is a point of, the commit range it was checked over and what it became.
+# series it is a point of (and when that point was measured, to place it on the history
+# chart), the commit range it was checked over and what it became.
 NIGHT_SUSPECTS = """
 SELECT ns.id AS suspect_id, ns.at, r.run_id, r.started_at AS night, repo.name AS repository,
     ns.kind, k.name AS kernel, ns.case_label, ns.dtype, d.model AS device_model,
-    s.key AS series_key, ns.measurement_id, base.sha AS base_sha, head.sha AS head_sha,
+    s.key AS series_key, ns.measurement_id, m.measured_at AS point_at, base.sha AS base_sha,
+    head.sha AS head_sha,
     ns.severity, ns.suspicion, ns.verdict, ns.ratio, ns.ci_low, ns.ci_high, ns.p_value,
     ns.samples, ns.rounds, ns.gpu_seconds, ns.outcome, ns.regression_id, ns.note,
     format('%s %s: %s%s', ns.kind, ns.outcome, ns.suspicion,
@@ -155,7 +157,8 @@ FROM night_suspects ns
     JOIN devices d ON d.id = r.device_id
     JOIN commits head ON head.id = ns.head_commit_id
     LEFT JOIN commits base ON base.id = ns.base_commit_id
-    LEFT JOIN series s ON s.id = ns.series_id"""
+    LEFT JOIN series s ON s.id = ns.series_id
+    LEFT JOIN measurements m ON m.id = ns.measurement_id"""
 
 # Dropped and made again, in this order (each reads the one before it).
 VIEWS = {
