@@ -24,6 +24,7 @@ from typing import Generic, Literal, TypeVar
 
 import numpy as np
 
+from kernelwatch.analysis.bisect_search import FAILING
 from kernelwatch.analysis.noise import relative_noise
 from kernelwatch.analysis.tail import TailRule, TailShift, tail_shift
 from kernelwatch.analysis.thresholds import ConfirmBudget, SuspicionThresholds
@@ -34,7 +35,6 @@ SuspectKind = Literal["timing", "correctness", "static"]
 #: (A/B SAME), waiting for history (still AMBIGUOUS, or the A/B could not measure it), or not
 #: confirmed tonight (over the budget or the night's most suspects).
 Outcome = Literal["regression", "improvement", "checked_noise", "waiting", "unconfirmed"]
-FAILING = ("fail", "error")
 
 K = TypeVar("K", bound=Hashable)
 S = TypeVar("S")

@@ -114,10 +114,6 @@ class NightReport:
     opened: tuple[tuple[int, str], ...] = ()
     gpu_seconds: float = 0.0
 
-    def with_outcome(self, *outcomes: str) -> list[SuspectLine]:
-        """The suspects that ended as one of ``outcomes``."""
-        return [s for s in self.suspects if s.outcome in outcomes]
-
 
 def night_pass(
     conn: psycopg.Connection,

@@ -60,9 +60,16 @@ archs = [{", ".join(f'"{a}"' for a in archs.split())}]
 baseline = false
 budget_s = 0.3
 
-# The interpreter's timings wander by a few percent; the planted regression is ~3x.
+# The interpreter's timings wander by a few percent, and by up to ~10% between the sides of
+# an A/B of the same code when other jobs load the 2 cores; the planted regression is ~3x.
 [verdict]
-margin = 0.1
+margin = 0.25
+
+# The interpreter's night-to-night noise under other jobs' load reaches tens of percent,
+# where the fleet's z = 4 would miss a 3x step judged against four nights; a false suspect
+# only costs an A/B.
+[confirm]
+z = 2.5
 
 [bisect]
 budget_s = 60
@@ -149,7 +156,7 @@ def _interfered(bench, factor: float):
 @pytest.fixture(scope="module")
 def nights(demo, database):
     """Every night of the demo history through the nightly flow, oldest first, the
-    interference night's own timing slowed 3x as a busy GPU would."""
+    interference night's own timing slowed 5x as a busy GPU would."""
     made, config, _ = demo
     summaries = []
     with pytest.MonkeyPatch.context() as env:
@@ -158,7 +165,7 @@ def nights(demo, database):
         for night, (_, sha) in enumerate(made.nights):
             with pytest.MonkeyPatch.context() as busy:
                 if night == INTERFERENCE_NIGHT:
-                    busy.setattr(tasks, "bench", _interfered(tasks.bench, 3.0))
+                    busy.setattr(tasks, "bench", _interfered(tasks.bench, 5.0))
                 summaries.append(nightly(repository="demo", rev=sha))
     return summaries
 
