@@ -52,10 +52,11 @@ budget_s = 0.2
 margin = 0.2
 
 # The interpreter's night-to-night noise under other jobs' load reaches tens of percent,
-# where the fleet's z = 4 could miss the 3x step judged against five nights; a false suspect
-# only costs an A/B of a few seconds.
+# where the fleet's z = 4 could miss the 3x step judged against five nights: suspect anything
+# 50% off its nights' median (a false suspect only costs an A/B of a few seconds).
 [confirm]
-z = 3
+z = 1.5
+min_change = 0.5
 
 [bisect]
 budget_s = 120

@@ -66,10 +66,11 @@ budget_s = 0.3
 margin = 0.25
 
 # The interpreter's night-to-night noise under other jobs' load reaches tens of percent,
-# where the fleet's z = 4 would miss a 3x step judged against four nights; a false suspect
-# only costs an A/B.
+# where the fleet's z = 4 would miss a 3x step judged against four nights: suspect anything
+# 50% off its nights' median (a false suspect only costs an A/B).
 [confirm]
-z = 2.5
+z = 1.5
+min_change = 0.5
 
 [bisect]
 budget_s = 60
