@@ -60,10 +60,11 @@ archs = [{", ".join(f'"{a}"' for a in archs.split())}]
 baseline = false
 budget_s = 0.3
 
-# The interpreter's timings wander by a few percent, and by up to ~10% between the sides of
-# an A/B of the same code when other jobs load the 2 cores; the planted regression is ~3x.
+# The interpreter's timings wander by a few percent, and by 20-30% between the sides of an
+# A/B of the same code when other jobs load the 2 cores (measured: 0.93 and 1.19); the
+# planted regression is ~3x.
 [verdict]
-margin = 0.25
+margin = 0.5
 
 # The interpreter's night-to-night noise under other jobs' load reaches tens of percent,
 # where the fleet's z = 4 would miss a 3x step judged against four nights: suspect anything
@@ -187,7 +188,7 @@ def test_an_interference_outlier_is_checked_by_ab_and_kept_as_noise(nights, data
             "AND measurement_id = %s",
             (row[3], row[4]),
         ).fetchone()[0]
-    assert row[0] == "SAME" and 0.75 < row[1] < 1.25 and row[2] is None  # within the margin
+    assert row[0] == "SAME" and 0.5 < row[1] < 1.5 and row[2] is None  # within the margin
     assert on_chart == 1  # the checked point is a point of the series' history chart
 
 
