@@ -191,14 +191,14 @@ def _print_table(results: list[SeriesResult]) -> None:
         else:
             status = Text("no change", style="green") if not found.change_points else "changed"
             noise = f"{found.noise_pct:.2f}%"
-        lines = []
-        for cp in found.change_points:
-            style = "bold red" if cp.direction == "regression" else "green"
-            at = f"{cp.index}" + (f" ({s.rev[cp.index]})" if s.rev is not None else "")
-            lines.append(
-                f"[{style}]{cp.direction}[/{style}] at {at}: "
-                f"{cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})"
-                + (" [yellow]provisional[/yellow]" if cp.provisional else "")
+        lines = Text("\n").join(
+            Text.assemble(
+                (cp.direction, "bold red" if cp.direction == "regression" else "green"),
+                f" at {cp.index}" + (f" ({s.rev[cp.index]})" if s.rev is not None else ""),
+                f": {cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})",
+                (" provisional", "yellow") if cp.provisional else "",
             )
-        table.add_row(str(s.id), str(found.n), noise, status, "\n".join(lines) or "-")
+            for cp in found.change_points
+        )
+        table.add_row(str(s.id), str(found.n), noise, status, lines or "-")
     out.print(table)

@@ -59,6 +59,7 @@ def test_table_and_fail_on_regression(kernelwatch_cli, series_file):
     result = kernelwatch_cli("detect", str(series_file), "--fail-on-regression")
     assert result.returncode == 1
     assert "regression at" in result.stdout
+    assert "[/" not in result.stdout  # styled, not raw markup
     assert "too short" in result.stdout
     assert "1 regressions" in result.stderr
 
