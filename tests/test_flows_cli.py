@@ -46,7 +46,10 @@ def test_an_unreachable_target_is_reported_not_fatal(recorder):
     url, received = recorder
     dead = "http://127.0.0.1:9/hook"  # discard port: nothing listens
     problems = send([NOTICE], Notifications(webhooks=(dead, f"{url}/ok")))
-    assert len(problems) == 1 and problems[0].startswith(f"notification to {dead} failed")
+    # The webhook's path may be its secret: the problem names the host, not the path.
+    assert len(problems) == 1 and problems[0].startswith(
+        "notification to http://127.0.0.1:9/*** failed"
+    )
     assert [path for path, _ in received] == ["/ok"]
     assert send([], Notifications(webhooks=(dead,))) == []
 
