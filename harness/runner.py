@@ -32,6 +32,7 @@ from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measur
 
 if TYPE_CHECKING:  # kernel-side modules are imported only after the device is chosen
     from kernelwatch.harness.device import Device
+    from kernelwatch.harness.distributed.ranks import Ranks
     from kernelwatch.harness.records import SoftwareInfo
     from kernelwatch.harness.spec import Suite
     from kernelwatch.harness.suite import Task
@@ -65,7 +66,7 @@ def main() -> int:
         protocol.flush()
 
     try:
-        suites = _load_suites(plan)
+        suites = load_suites(plan)
         suite = suites[0]
         if mode == "selfcheck":
             from kernelwatch.harness.timing.selfcheck import SelfcheckOptions, run_selfcheck
@@ -84,7 +85,11 @@ def main() -> int:
         emit({"event": "fatal", "kind": "selection", "message": str(exc)})
         return EXIT_FATAL
     software = software_info()
-    run_case, method = _case_runner(plan, suites, device, software, emit)
+    from kernelwatch.harness.distributed.ranks import Ranks
+
+    ranks = Ranks(plan, device.info, software, starting=lambda: emit({"event": "starting"}))
+    ranks.size = _largest_world(suites, tasks, ranks)
+    run_case, method = _case_runner(plan, suites, device, software, emit, ranks)
     if run_case is None:
         return EXIT_FATAL
     emit(
@@ -97,18 +102,34 @@ def main() -> int:
             "method": method,
         }
     )
-    for index in range(int(plan.get("start", 0)), len(tasks)):
-        task = tasks[index]
-        emit({"event": "begin", "task": index})
-        record = run_case(task)
-        emit({"event": "result", "task": index, "record": record.to_json()})
-        outcome = record.verdict if isinstance(record, CorrectnessResult) else record.status
-        if outcome == "error" and device.info.kind == "cuda":
-            return EXIT_RESTART
+    try:
+        for index in range(int(plan.get("start", 0)), len(tasks)):
+            task = tasks[index]
+            emit({"event": "begin", "task": index})
+            record = run_case(task)
+            emit({"event": "result", "task": index, "record": record.to_json()})
+            outcome = record.verdict if isinstance(record, CorrectnessResult) else record.status
+            if outcome == "error" and device.info.kind == "cuda":
+                return EXIT_RESTART
+    finally:
+        ranks.close()
     return 0
 
 
-def _load_suites(plan: dict[str, Any]) -> list[Suite]:
+def _largest_world(suites: list[Suite], tasks: list[Task], ranks: Ranks) -> int:
+    """The most ranks a selected distributed case this device can host needs."""
+    from kernelwatch.harness.spec import DistributedSpec, World
+
+    sizes = [0]
+    for task in tasks:
+        specs = [s.kernel(task.kernel) for s in suites if task.kernel in s.names]
+        world = World.of(task.params)
+        if any(isinstance(spec, DistributedSpec) for spec in specs) and not ranks.lacking(world):
+            sizes.append(world.size)
+    return max(sizes)
+
+
+def load_suites(plan: dict[str, Any]) -> list[Suite]:
     """The plan's suite, and in ``ab`` mode B's beside it (A's checkout forgotten first, so
     both may use the same package names). Raises SuiteLoadError naming the side."""
     from kernelwatch.harness.suite import (
@@ -153,9 +174,13 @@ def _case_runner(
     device: Device,
     software: SoftwareInfo,
     emit: Emit,
+    ranks: Ranks,
 ) -> tuple[RunCase | None, dict[str, Any] | None]:
     """The function that turns one task into a record, for the plan's mode, and the timing
-    method (bench, ab) as JSON. (None, None) after emitting a fatal event for a bad request."""
+    method (bench, ab) as JSON. (None, None) after emitting a fatal event for a bad request.
+    A distributed case goes to its world's ``ranks``."""
+    from kernelwatch.harness.spec import DistributedSpec
+
     seed = int(plan["seed"])
     suite = suites[0]
     mode = plan.get("mode", "check")
@@ -163,8 +188,11 @@ def _case_runner(
         from kernelwatch.harness.correctness import check_case
 
         def check(task: Task) -> CorrectnessResult:
+            spec = suite.kernel(task.kernel)
+            if isinstance(spec, DistributedSpec):
+                return ranks.run("check", task, suite.name)  # type: ignore[return-value]
             return check_case(
-                suite.kernel(task.kernel),
+                spec,
                 suite.name,
                 task.workload,
                 task.params,
@@ -178,11 +206,14 @@ def _case_runner(
     session = _open_session(plan, device, software, emit)
     if session is None:
         return None, None
+    ranks.method = session.method
     if mode == "ab":
-        return _ab_runner(session, suites, seed), asdict(session.method)
+        return _ab_runner(session, suites, seed, ranks), asdict(session.method)
 
     def bench(task: Task) -> Measurement:
         spec = suite.kernel(task.kernel)
+        if isinstance(spec, DistributedSpec):
+            return ranks.run("bench", task, suite.name)  # type: ignore[return-value]
         return session.measure(spec, suite.name, task.workload, task.params, task.dtype, seed)
 
     return bench, asdict(session.method)
@@ -213,7 +244,8 @@ def _open_session(
     return session
 
 
-def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase:
+def _ab_runner(session: BenchSession, suites: list[Suite], seed: int, ranks: Ranks) -> RunCase:
+    from kernelwatch.harness.spec import DistributedSpec
     from kernelwatch.harness.suite import lacks
     from kernelwatch.harness.timing.ab import ABSession
 
@@ -224,6 +256,13 @@ def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase
         lacking = [f"{side} {why}" for side, s in (("A", a), ("B", b)) if (why := lacks(s, task))]
         if lacking:
             return session.unsupported(a.name, task, "; ".join(lacking))
+        distributed = [isinstance(s.kernel(task.kernel), DistributedSpec) for s in (a, b)]
+        if all(distributed):
+            return ranks.run("ab", task, a.name)  # type: ignore[return-value]
+        if any(distributed):
+            return session.unsupported(
+                a.name, task, f"one side declares {task.kernel!r} distributed, the other not"
+            )
         return session.measure_pair(
             a.kernel(task.kernel), b.kernel(task.kernel), a.name, task, seed
         )

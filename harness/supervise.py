@@ -67,6 +67,8 @@ class CheckRequest:
             "dtypes": list(self.dtypes),
             "seed": self.seed,
             "start": start,
+            "case_timeout_s": self.case_timeout_s,
+            "startup_timeout_s": self.startup_timeout_s,
         }
 
 
@@ -216,6 +218,9 @@ def _run_child(
                 elif kind == "begin":
                     current = int(event["task"])
                     deadline = time.monotonic() + request.case_timeout_s
+                elif kind == "starting":  # a distributed case's ranks start, then it runs
+                    deadline = time.monotonic() + request.startup_timeout_s
+                    deadline += request.case_timeout_s
                 elif kind == "result":
                     yield read_record(event["record"])
                     next_index = int(event["task"]) + 1
