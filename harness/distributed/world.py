@@ -53,7 +53,7 @@ def parse_topology(text: str, gpus: Sequence[int]) -> str:
         cells = line.split()
         if not cells:
             continue
-        if cells[0].startswith("GPU0") or (not header and "GPU0" in cells):
+        if line[:1].isspace() and "GPU0" in cells:  # the header row is indented
             header = [c for c in cells if re.fullmatch(r"GPU\d+", c)]
         elif re.fullmatch(r"GPU\d+", cells[0]) and header:
             rows[cells[0]] = cells[1 : 1 + len(header)]

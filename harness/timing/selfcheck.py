@@ -76,8 +76,8 @@ def run_selfcheck(
     for spec in suite.kernels:
         if options.kernels and spec.name not in options.kernels:
             continue
-        if options.workload not in spec.workloads:
-            continue
+        if options.workload not in spec.workloads or not isinstance(spec, KernelSpec):
+            continue  # a distributed case is compared with nothing single-process
         progress(spec.name)
         rows.append(_row(spec, suite.name, options, session, graph))
     return render(
