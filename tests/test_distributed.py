@@ -158,3 +158,66 @@ def test_the_fabric_names_interconnect_and_nccl_tuning_not_uuids_or_versions():
     assert world("a", "2.21.5").fabric() == "nvlink NCCL_ALGO=Ring NCCL_PROTO=LL128"
     assert world("a", "2.21.5").fabric() == world("b", "2.23.4").fabric()
     assert math.isclose(World(4, nodes=2).size, 8)
+
+
+SUITE_AT = """
+import torch
+import torch.distributed as dist
+
+from kernelwatch.harness.spec import DistributedSpec, Suite
+
+REPEAT = {repeat}
+
+
+def launch(t, o, p, comm):
+    for _ in range(REPEAT):  # the head commit all-reduces twice: a planted 2x slowdown
+        o["out"].copy_(t["x"])
+        dist.all_reduce(o["out"], group=comm.group)
+
+
+SUITE = Suite(name="tp", kernels=(DistributedSpec(
+    name="tp_all_reduce",
+    summary="the tensor-parallel all-reduce of a team's layer",
+    make_inputs=lambda p, dtype, dev, gen, rank: {{
+        "x": torch.randn(int(p["n"]), generator=gen, device=dev).to(dtype)}},
+    make_outputs=lambda t, p: {{"out": torch.empty_like(t["x"])}},
+    launch=launch,
+    reference=lambda everyone, p, rank: {{"out": sum(t["x"] for t in everyone)}},
+    collective="all_reduce",
+    message_bytes=lambda p, elem: int(p["n"]) * elem,
+    workloads={{"smoke": ({{"gpus_per_node": 2, "n": 4096}},)}},
+    dtypes=("fp32",),
+),))
+"""
+
+
+def test_a_pr_check_between_two_commits_gives_a_verdict_on_a_distributed_case(tmp_path):
+    from gitrepo import git
+
+    from kernelwatch.analysis.verdict import compare_measurements
+    from kernelwatch.harness.supervise import ABRequest, run_ab
+    from kernelwatch.harness.worktree import checkout
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = []
+    for repeat in (1, 2):
+        (repo / "tp_suite.py").write_text(SUITE_AT.format(repeat=repeat))
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", f"all-reduce x{repeat}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    options = BenchOptions(min_samples=20, min_time_s=0.0, budget_s=1.0, target_rel_ci=0.001)
+    with checkout(repo, shas[0]) as base, checkout(repo, shas[1]) as head:
+        request = ABRequest(
+            suite=SuiteRef("tp_suite.py", str(base.path)),
+            suite_b=SuiteRef("tp_suite.py", str(head.path)),
+            options=options,
+            case_timeout_s=120,
+        )
+        (pair,) = run_ab(request)
+    assert pair.status == "ok", (pair.reason, pair.detail)
+    assert pair.base.world.world_size == pair.head.world.world_size == 2
+    assert pair.head.bandwidth.busbw_gbps < pair.base.bandwidth.busbw_gbps
+    verdict = compare_measurements(pair.base, pair.head)
+    assert verdict.verdict == "SLOWER" and verdict.ratio > 1.3

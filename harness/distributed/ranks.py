@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from kernelwatch.harness.child import STDERR_TAIL, death
@@ -33,6 +33,7 @@ from kernelwatch.harness.records import (
     Measurement,
     Method,
     SoftwareInfo,
+    WorldInfo,
     read_record,
 )
 from kernelwatch.harness.spec import World
@@ -90,6 +91,9 @@ class Ranks:
     method: Method | None = None
     size: int = 0
     running: _World | None = None
+    #: The world each size last reported, kept on the records of its failures so they land
+    #: in the same series as its measurements.
+    seen: dict[int, WorldInfo] = field(default_factory=dict)
 
     @property
     def deadline_s(self) -> float:
@@ -200,6 +204,10 @@ class Ranks:
             running.broken = True
             return self._record(op, task, case, "error", "rank 0 reported another case", "",
                                 (0,), start)  # fmt: skip
+        world = record.base.world if isinstance(record, ABMeasurement) and record.base else None
+        world = getattr(record, "world", None) or world
+        if world is not None:
+            self.seen[world.world_size] = world
         return record
 
     def _wait(self, running: _World, deadline: float, what: str) -> None:
@@ -251,6 +259,7 @@ class Ranks:
         start: float,
     ) -> Outcome:
         """A record the ranks could not make: unsupported, or an error naming ranks."""
+        world = self.seen.get(World.of(task.params).size)
         common = {
             "case": case,
             "reason": reason,
@@ -263,12 +272,14 @@ class Ranks:
             verdict = "unsupported" if status == "unsupported" else "error"
             return CorrectnessResult(
                 verdict=verdict, tolerance=task.tolerance, seed=int(self.plan["seed"]),
-                failed_ranks=failed, **common,
+                failed_ranks=failed, world=world, **common,
             )  # fmt: skip
         assert self.method is not None
         if op == "ab":
             return ABMeasurement(status=status, method=self.method, **common)
-        return Measurement(status=status, method=self.method, failed_ranks=failed, **common)
+        return Measurement(
+            status=status, method=self.method, failed_ranks=failed, world=world, **common
+        )
 
 
 class _Failed(Exception):
