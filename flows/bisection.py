@@ -147,7 +147,7 @@ def bisect(
             with checkout(path, commit) as tree:
                 pairs = tasks.ab(
                     repo, good_tree.path, tree.path, selection, more_samples(config.bench, round_),
-                    timeout,
+                    timeout, config.pool(pool).gpus_per_node,
                 )  # fmt: skip
             _store(context, infos, commits[0], commit, pairs, started)
             devices.extend(p.device for p in pairs[:1])

@@ -49,7 +49,8 @@ def run_commit(
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
             return CommitOutcome(sha, "failed", error=str(exc))
         kernels = pipeline.timed_kernels(checks)
-        measurements = tasks.bench(repo, tree.path, kernels, config.bench, timeout)
+        gpus = config.pool(context.pool).gpus_per_node
+        measurements = tasks.bench(repo, tree.path, kernels, config.bench, timeout, gpus)
     records = [*builds, *checks, *measurements]
     run = pipeline.assemble(context, commit, records, started)
     if run is None:
