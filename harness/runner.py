@@ -123,9 +123,9 @@ def _largest_world(suites: list[Suite], tasks: list[Task], ranks: Ranks) -> int:
     sizes = [0]
     for task in tasks:
         specs = [s.kernel(task.kernel) for s in suites if task.kernel in s.names]
-        world = World.of(task.params)
-        if any(isinstance(spec, DistributedSpec) for spec in specs) and not ranks.lacking(world):
-            sizes.append(world.size)
+        if any(isinstance(spec, DistributedSpec) for spec in specs):
+            world = World.of(task.params)
+            sizes += [] if ranks.lacking(world) else [world.size]
     return max(sizes)
 
 

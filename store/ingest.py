@@ -439,7 +439,9 @@ def _extra_json(
     keep_flags: bool = False,
 ) -> str | None:
     """``_extra`` as JSON text."""
-    kept = {path: attribute(record, path) for path in _KEPT[type(record)]}
+    # A field at its empty default (a single-GPU case's world) is not worth a row's extra.
+    values = {path: attribute(record, path) for path in _KEPT[type(record)]}
+    kept = {path: v for path, v in values.items() if v is not None and v != ()}
     if keep_clocks:
         kept["sm_clock_mhz"] = record.sm_clock_mhz
         kept["mem_clock_mhz"] = record.mem_clock_mhz
