@@ -14,7 +14,9 @@ at both interleaved) or ``selfcheck`` (no cases: ``progress`` events, then one
 ``{"event": "carry", "key": "ceilings", "value": {...}}``; the supervisor hands carried
 values to any fresh child of the same run in the plan's ``carry``, so nothing is measured
 twice. A suite that fails to import, or a selection it cannot satisfy, ends with
-``{"event": "fatal", "kind": "suite" | "selection", "message": "..."}``.
+``{"event": "fatal", "kind": "suite" | "selection", "message": "..."}``. Before starting the
+ranks of a distributed case (``distributed/ranks.py``) the runner says
+``{"event": "starting"}``: the supervisor then allows the start-up time before the case's.
 """
 
 from __future__ import annotations
