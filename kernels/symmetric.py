@@ -7,8 +7,9 @@ rank's buffer is written (a barrier on the signal pads, release/acquire at syste
 reads all ``world_size`` buffers through peer pointers (NVLink), sums them in fp32 and
 writes the result; a second barrier keeps any rank from overwriting its buffer while others
 still read it. It needs CUDA GPUs and a torch with ``torch.distributed._symmetric_memory``:
-elsewhere (gloo on the CPU) the case is reported unsupported. GPU-only: exercised by the GPU
-self-check (``scripts/gpu-selfcheck.sh``), never in CI.
+elsewhere (gloo on the CPU) the case is reported unsupported. GPU-only: the GPU self-check's
+``comm-smoke`` stage (``scripts/gpu-selfcheck.sh``) runs it on a node with two GPUs or more;
+it has not run on one yet (docs/DISTRIBUTED.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 # nvidia-ml-py, so kernelwatch is installed without dependencies and without an index.
 # Writes to $OUT (default out/gpu-selfcheck); copy what comes back to docs/gpu/.
 #
-# Stages, all by default, or name some: check-smoke selfcheck bench-smoke check-llm. The
+# Stages, all by default, or name some: check-smoke selfcheck bench-smoke check-llm (and
+# comm-smoke, named only: the communication suite, which needs two GPUs or more). The
 # device tool allows 10 minutes a command, and all four can take longer on a cold machine
 # (check-llm compiles every autotune config): run `selfcheck bench-smoke` and
 # `check-smoke check-llm` as two calls when time is short.
@@ -54,4 +55,15 @@ if want check-llm; then
   timeout 360 kernelwatch check --workload llm --json >"$out/check-llm.jsonl" 2>"$out/check-llm.log"
   echo "check-llm: exit $? ($(wc -l <"$out/check-llm.jsonl") cases)"
   tail -1 "$out/check-llm.log"
+fi
+# The communication suite on this node's GPUs (NCCL, the one-shot all-reduce over symmetric
+# memory): cases needing more GPUs than the node has are reported unsupported.
+if want comm-smoke; then
+  timeout 240 kernelwatch check --suite kernelwatch.kernels.collectives --workload smoke --json \
+    >"$out/comm-check.jsonl" 2>"$out/comm-check.log"
+  echo "comm-smoke check: exit $? ($(wc -l <"$out/comm-check.jsonl") cases)"
+  timeout 240 kernelwatch bench --suite kernelwatch.kernels.collectives --workload smoke --json \
+    >"$out/comm-bench.jsonl" 2>"$out/comm-bench.log"
+  echo "comm-smoke bench: exit $? ($(wc -l <"$out/comm-bench.jsonl") cases)"
+  tail -2 "$out/comm-bench.log"
 fi
