@@ -148,6 +148,14 @@ def _number(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _bus(r: Measurement) -> str:
+    """A collective's bus bandwidth (nccl-tests), and its share of the interconnect's peak."""
+    moved = r.bandwidth
+    assert moved is not None
+    peak = f" ({100 * moved.busbw_gbps / moved.peak_gbps:.0f}%)" if moved.peak_gbps else ""
+    return f"{moved.busbw_gbps:.3g} bus{peak}"
+
+
 def _print_table(records: list[Measurement]) -> None:
     """The measurement table on stdout; reasons shared by many rows are numbered notes."""
     out = output_console(200)
@@ -172,7 +180,7 @@ def _print_table(records: list[Measurement]) -> None:
             f"±{100 * s.rel_ci_halfwidth:.2f}% {s.stop}" if s else "-",
             f"{s.n}/{len(r.samples_ns)}" if s else "-",
             _number(sol.tflops if sol else None, ".3g"),
-            _number(sol.gbps if sol else None, ".3g"),
+            _number(sol.gbps if sol else None, ".3g") if not r.bandwidth else _bus(r),
             f"{sol.pct_sol:.1f} {sol.bound}" if sol and sol.pct_sol is not None else "-",
             _number(r.speedup, ".3g"),
             Text(status, style=style),

@@ -76,10 +76,15 @@ class PoolConfig:
     """The cron's time zone."""
     gpu: str = ""
     """The GPU model, for people reading the file."""
+    gpus_per_node: int = 1
+    """GPUs on each host of the pool. Above 1 a run takes every GPU of its node (a
+    distributed case runs its ranks on them; docs/DISTRIBUTED.md)."""
 
     def __post_init__(self) -> None:
         from cronsim import CronSim, CronSimError
 
+        if self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node must be at least 1, not {self.gpus_per_node}")
         try:
             CronSim(self.cron, datetime(2000, 1, 1))
         except CronSimError as exc:

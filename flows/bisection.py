@@ -194,6 +194,7 @@ def _search_ab(job: _Job) -> BisectOutcome:
                 pairs = tasks.ab(
                     repo, good_tree.path, tree.path, job.selection,
                     more_samples(config.bench, round_), timeout,
+                    config.pool(job.context.pool).gpus_per_node,
                 )  # fmt: skip
             _store(job.context, job.infos, commits[0], commit, pairs, started)
             job.devices.extend(p.device for p in pairs[:1])

@@ -50,7 +50,8 @@ def run_commit(
             return CommitOutcome(sha, "failed", error=str(exc))
         kernels = pipeline.timed_kernels(checks)
         options = pipeline.checked_options(config.bench, checks)
-        measurements = tasks.bench(repo, tree.path, kernels, options, timeout)
+        gpus = config.pool(context.pool).gpus_per_node
+        measurements = tasks.bench(repo, tree.path, kernels, options, timeout, gpus)
     records = [*builds, *checks, *measurements]
     run = pipeline.assemble(context, commit, records, started)
     if run is None:

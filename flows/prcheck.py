@@ -74,7 +74,8 @@ def pr_check(
             return _error(repo.name, base_sha, head_sha, str(exc))
         passed_a = set(pipeline.timed_kernels(checks_a))
         kernels = tuple(k for k in pipeline.timed_kernels(checks_b) if k in passed_a)
-        pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout)
+        gpus = config.pool(pool).gpus_per_node
+        pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
     side_a, side_b = pipeline.split_ab(pairs)
     run_a = pipeline.assemble(
         context, commit_info(path, base_sha), [*builds_a, *checks_a, *side_a], started

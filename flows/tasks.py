@@ -7,8 +7,9 @@
   nightly or a bisection) is not built again; below that, the build cache skips unchanged
   kernels by their source hash. A pull request's builds are cached apart and never written
   to the build cache (docs/SECURITY.md). Cached results are JSON, never pickles.
-- Timing holds a global concurrency slot named after the device, so two benchmarks never
-  share a GPU, whatever the pools and schedules say.
+- Timing holds a global concurrency slot per GPU it uses (a multi-GPU pool's run: every
+  GPU of the node), so two benchmarks never share a GPU, whatever the pools and schedules
+  say.
 """
 
 from __future__ import annotations
@@ -74,20 +75,26 @@ def flow_run_id() -> str | None:
     return str(run_id) if run_id else None
 
 
-def device_slot_name() -> str:
-    """The concurrency limit guarding this process's device: one per host and visible GPU
-    set (a host with eight GPUs runs eight workers, each pinned by CUDA_VISIBLE_DEVICES)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"device-{socket.gethostname()}-{visible}")
+def device_slot_names(gpus: int = 1) -> list[str]:
+    """The concurrency limits guarding the GPUs a run times on: one per GPU of this host. A
+    worker pinned by CUDA_VISIBLE_DEVICES holds its GPUs' slots; otherwise a run holds the
+    first ``gpus`` (the pool's ``gpus_per_node``: a multi-GPU pool's run takes the whole
+    node), so no single-GPU worker of the same host times beside it."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpu_ids = visible.split(",") if visible else [str(i) for i in range(gpus)]
+    host = socket.gethostname()
+    return [re.sub(r"[^A-Za-z0-9_.-]", "_", f"device-{host}-gpu{g.strip()}") for g in gpu_ids]
 
 
 @contextmanager
-def device_slot() -> Iterator[None]:
-    """Hold this device's only slot while timing (the limit is created on first use)."""
-    name = device_slot_name()
+def device_slot(gpus: int = 1) -> Iterator[None]:
+    """Hold the slots of every GPU the run uses while timing (each limit is created on
+    first use); all of them or none, so two multi-GPU runs never deadlock."""
+    names = device_slot_names(gpus)
     with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(name, 1)
-    with concurrency(name, occupy=1, strict=True, lease_duration=600):
+        for name in names:
+            client.upsert_global_concurrency_limit_by_name(name, 1)
+    with concurrency(names, occupy=1, strict=True, lease_duration=600):
         yield
 
 
@@ -164,9 +171,10 @@ def bench(
     kernels: tuple[str, ...],
     options: BenchOptions,
     case_timeout_s: float,
+    gpus: int = 1,
 ) -> list[Measurement]:
-    """Time one commit's kernels, alone on the device."""
-    with device_slot():
+    """Time one commit's kernels, alone on the device (on ``gpus`` GPUs, all of them)."""
+    with device_slot(gpus):
         return pipeline.bench_stage(repo, checkout, kernels, options, case_timeout_s)
 
 
@@ -178,10 +186,11 @@ def ab(
     kernels: tuple[str, ...] | None,
     options: BenchOptions,
     case_timeout_s: float,
+    gpus: int = 1,
 ) -> list[ABMeasurement]:
     """Time two commits' kernels (None: the repository's selection) interleaved, alone on
-    the device."""
-    with device_slot():
+    the device (on ``gpus`` GPUs, all of them)."""
+    with device_slot(gpus):
         return pipeline.ab_stage(repo, base, head, kernels, options, case_timeout_s)
 
 

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
+import socket
+import struct
 import sys
 from pathlib import Path
 
 _MS_BIND, _MS_REC, _MS_NOSUID, _MS_NODEV = 4096, 16384, 2, 4
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _PR_SET_NO_NEW_PRIVS = 38
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -52,6 +56,18 @@ def expose(path: Path, held: int, uid: int, gid: int) -> None:
     _mount(f"/proc/self/fd/{held}", str(path), None, _MS_BIND | _MS_REC, None)
 
 
+def loopback_up() -> None:
+    """Bring up the loopback interface of this process's network namespace. A fresh
+    namespace has no interface but a ``lo`` that is down; up, it reaches only this
+    namespace's own sockets (a distributed case's ranks rendezvous there), never the host's
+    services. Needs CAP_NET_ADMIN in the namespace: OSError otherwise."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        if not flags & _IFF_UP:
+            fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | _IFF_UP))
+
+
 def hide(paths: list[str]) -> None:
     """Cover each of ``paths`` that exists: a directory with an empty tmpfs, a file with
     ``/dev/null``."""
@@ -74,6 +90,8 @@ def main(argv: list[str]) -> int:
         for path, fd in zip(wanted, held, strict=True):
             expose(Path(path), fd, spec["uid"], spec["gid"])
             os.close(fd)
+    if spec.get("network"):
+        loopback_up()
     os.setgroups([])
     os.setresgid(spec["gid"], spec["gid"], spec["gid"])
     os.setresuid(spec["uid"], spec["uid"], spec["uid"])

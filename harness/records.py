@@ -185,6 +185,8 @@ class CorrectnessResult(JsonRecord, kind="correctness"):
     config: LaunchConfig | None = None
     duration_s: float = 0.0
     detail: str = ""
+    world: WorldInfo | None = None
+    failed_ranks: tuple[int, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CorrectnessResult:
@@ -262,6 +264,58 @@ class SpeedOfLight:
 
 
 @dataclass(frozen=True)
+class RankInfo:
+    """One rank of a distributed case: where it ran (``uuid`` None on the CPU)."""
+
+    rank: int
+    host: str
+    device: str
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class WorldInfo:
+    """The ranks a distributed case ran on, and what between them moves its numbers.
+
+    ``backend`` is ``nccl`` or ``gloo``; ``interconnect`` is ``nvlink``, ``pcie`` or
+    ``loopback`` (gloo on one host), with ``+network`` when the ranks span nodes, and
+    ``links`` the link type ``nvidia-smi topo -m`` shows between them (``NV18``, ``PIX``);
+    ``nccl_env`` the ``NCCL_*`` variables in force (debugging switches left out)."""
+
+    backend: str
+    world_size: int
+    nodes: int
+    interconnect: str
+    ranks: tuple[RankInfo, ...]
+    links: str = ""
+    nccl_version: str | None = None
+    nccl_env: Mapping[str, str] = field(default_factory=dict)
+
+    def fabric(self) -> str:
+        """What of the world belongs in a series' identity beside the case's world size:
+        the interconnect and the NCCL tuning, as one canonical text (``nvlink``,
+        ``nvlink NCCL_ALGO=Ring``). GPU UUIDs and the NCCL version are left out: another
+        node of the same model is the same series, and an NCCL upgrade that slows a
+        collective is a regression to catch, not a new line."""
+        tuning = [f"{k}={v}" for k, v in sorted(self.nccl_env.items())]
+        return " ".join([self.interconnect, *tuning])
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """A collective's bandwidth as nccl-tests reports it: ``algbw = message_bytes / time``,
+    ``busbw = algbw * bus_factor`` (GB/s, 1e9 B/s, at the median time), against the
+    interconnect's unidirectional peak per GPU (None when unknown)."""
+
+    collective: str
+    message_bytes: int
+    bus_factor: float
+    algbw_gbps: float
+    busbw_gbps: float
+    peak_gbps: float | None = None
+
+
+@dataclass(frozen=True)
 class Measurement(JsonRecord, kind="measurement"):
     """The timing of one case: every raw sample, the statistic, telemetry, speed-of-light and
     the stock-library baseline timed in the same run.
@@ -301,6 +355,9 @@ class Measurement(JsonRecord, kind="measurement"):
     baseline_samples_ns: tuple[float, ...] = ()
     baseline_throttled: tuple[bool, ...] = ()
     config_source: str | None = None
+    world: WorldInfo | None = None
+    bandwidth: Bandwidth | None = None
+    failed_ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -507,5 +564,6 @@ def _convert(hint: Any, value: Any) -> Any:
         if is_dataclass(option):
             return _decode(option, value)
         if get_origin(option) is tuple:
-            return tuple(value)
+            item = get_args(option)[0]
+            return tuple(_convert(item, v) for v in value) if is_dataclass(item) else tuple(value)
     return value

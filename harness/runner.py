@@ -17,6 +17,8 @@ bench child that measured ceilings says ``{"event": "carry", "key": "ceilings", 
 plan's ``carry``, so nothing is measured twice. A suite that fails to import, or a selection
 it cannot satisfy, ends with
 ``{"event": "fatal", "kind": "suite" | "selection", "message": "..."}``.
+Before starting the ranks of a distributed case (``distributed/ranks.py``) the runner says
+``{"event": "starting"}``: the supervisor then allows the start-up time before the case's.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import IO, TYPE_CHECKING, Any
 
+from kernelwatch.harness.jail import loopback_up
 from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measurement
 
 if TYPE_CHECKING:  # kernel-side modules are imported only after the device is chosen
     from kernelwatch.harness.device import Device
+    from kernelwatch.harness.distributed.ranks import Ranks
     from kernelwatch.harness.records import SoftwareInfo
     from kernelwatch.harness.spec import Suite
     from kernelwatch.harness.suite import Task
@@ -54,6 +58,10 @@ def main() -> int:
     """Run the plan read from stdin; see the module docstring for the protocol."""
     emit, plan = open_channel()
     faulthandler.enable()  # a segfault leaves a Python traceback in the stderr tail
+    # In a user namespace of its own (a worker that is not root) the runner may bring up its
+    # namespace's loopback itself; as root the jail did it, and elsewhere it is up already.
+    with contextlib.suppress(OSError):
+        loopback_up()
     mode = plan.get("mode", "check")
 
     from kernelwatch.harness.device import select_device
@@ -64,7 +72,7 @@ def main() -> int:
     from kernelwatch.harness.suite import SelectionError, SuiteLoadError
 
     try:
-        suites = _load_suites(plan)
+        suites = load_suites(plan)
         suite = suites[0]
         if mode == "selfcheck":
             _selfcheck(plan, suite, device, emit)
@@ -77,7 +85,11 @@ def main() -> int:
         emit({"event": "fatal", "kind": "selection", "message": str(exc)})
         return EXIT_FATAL
     software = software_info()
-    run_case, method = _case_runner(plan, suites, device, software, emit)
+    from kernelwatch.harness.distributed.ranks import Ranks
+
+    ranks = Ranks(plan, device.info, software, starting=lambda: emit({"event": "starting"}))
+    ranks.size = _largest_world(suites, tasks, ranks)
+    run_case, method = _case_runner(plan, suites, device, software, emit, ranks)
     if run_case is None:
         return EXIT_FATAL
     emit(
@@ -90,14 +102,17 @@ def main() -> int:
             "method": method,
         }
     )
-    for index in range(int(plan.get("start", 0)), len(tasks)):
-        task = tasks[index]
-        emit({"event": "begin", "task": index})
-        record = run_case(task)
-        emit({"event": "result", "task": index, "record": record.to_json()})
-        outcome = record.verdict if isinstance(record, CorrectnessResult) else record.status
-        if outcome == "error" and device.info.kind == "cuda":
-            return EXIT_RESTART
+    try:
+        for index in range(int(plan.get("start", 0)), len(tasks)):
+            task = tasks[index]
+            emit({"event": "begin", "task": index})
+            record = run_case(task)
+            emit({"event": "result", "task": index, "record": record.to_json()})
+            outcome = record.verdict if isinstance(record, CorrectnessResult) else record.status
+            if outcome == "error" and device.info.kind == "cuda":
+                return EXIT_RESTART
+    finally:
+        ranks.close()
     return 0
 
 
@@ -135,7 +150,20 @@ def finite(data: Any) -> Any:
     return data
 
 
-def _load_suites(plan: dict[str, Any]) -> list[Suite]:
+def _largest_world(suites: list[Suite], tasks: list[Task], ranks: Ranks) -> int:
+    """The most ranks a selected distributed case this device can host needs."""
+    from kernelwatch.harness.spec import DistributedSpec, World
+
+    sizes = [0]
+    for task in tasks:
+        specs = [s.kernel(task.kernel) for s in suites if task.kernel in s.names]
+        if any(isinstance(spec, DistributedSpec) for spec in specs):
+            world = World.of(task.params)
+            sizes += [] if ranks.lacking(world) else [world.size]
+    return max(sizes)
+
+
+def load_suites(plan: dict[str, Any]) -> list[Suite]:
     """The plan's suite, and in ``ab`` mode B's beside it (A's checkout forgotten first, so
     both may use the same package names). Raises SuiteLoadError naming the side."""
     from kernelwatch.harness.suite import (
@@ -180,9 +208,13 @@ def _case_runner(
     device: Device,
     software: SoftwareInfo,
     emit: Emit,
+    ranks: Ranks,
 ) -> tuple[RunCase | None, dict[str, Any] | None]:
     """The function that turns one task into a record, for the plan's mode, and the timing
-    method (bench, ab) as JSON. (None, None) after emitting a fatal event for a bad request."""
+    method (bench, ab) as JSON. (None, None) after emitting a fatal event for a bad request.
+    A distributed case goes to its world's ``ranks``."""
+    from kernelwatch.harness.spec import DistributedSpec
+
     seed = int(plan["seed"])
     suite = suites[0]
     mode = plan.get("mode", "check")
@@ -193,8 +225,11 @@ def _case_runner(
         pins = pins_from_json(plan.get("pins", {}))
 
         def check(task: Task) -> CorrectnessResult:
+            spec = suite.kernel(task.kernel)
+            if isinstance(spec, DistributedSpec):
+                return ranks.run("check", task, suite.name)  # type: ignore[return-value]
             return check_case(
-                suite.kernel(task.kernel),
+                spec,
                 suite.name,
                 task.workload,
                 task.params,
@@ -209,11 +244,14 @@ def _case_runner(
     session = _open_session(plan, device, software, emit)
     if session is None:
         return None, None
+    ranks.method = session.method
     if mode == "ab":
-        return _ab_runner(session, suites, seed), asdict(session.method)
+        return _ab_runner(session, suites, seed, ranks), asdict(session.method)
 
     def bench(task: Task) -> Measurement:
         spec = suite.kernel(task.kernel)
+        if isinstance(spec, DistributedSpec):
+            return ranks.run("bench", task, suite.name)  # type: ignore[return-value]
         return session.measure(spec, suite.name, task.workload, task.params, task.dtype, seed)
 
     return bench, asdict(session.method)
@@ -244,7 +282,8 @@ def _open_session(
     return session
 
 
-def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase:
+def _ab_runner(session: BenchSession, suites: list[Suite], seed: int, ranks: Ranks) -> RunCase:
+    from kernelwatch.harness.spec import DistributedSpec
     from kernelwatch.harness.suite import lacks
     from kernelwatch.harness.timing.ab import ABSession
 
@@ -255,6 +294,13 @@ def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase
         lacking = [f"{side} {why}" for side, s in (("A", a), ("B", b)) if (why := lacks(s, task))]
         if lacking:
             return session.unsupported(a.name, task, "; ".join(lacking))
+        distributed = [isinstance(s.kernel(task.kernel), DistributedSpec) for s in (a, b)]
+        if all(distributed):
+            return ranks.run("ab", task, a.name)  # type: ignore[return-value]
+        if any(distributed):
+            return session.unsupported(
+                a.name, task, f"one side declares {task.kernel!r} distributed, the other not"
+            )
         return session.measure_pair(
             a.kernel(task.kernel), b.kernel(task.kernel), a.name, task, seed
         )

@@ -116,6 +116,7 @@ class Sandbox:
             "gid": self.identity.gid,
             "cwd": str(self.home),
             "mounts": self.namespaces,
+            "network": self.namespaces,
             "hide": list(self.hidden),
             "expose": sorted({*_python_dirs(), str(self.root), *self.exposed}),
         }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,15 +23,20 @@ import torch
 from kernelwatch.harness.records import LaunchConfig
 
 __all__ = [
+    "COLLECTIVES",
     "DEFAULT_TOLERANCE",
     "DTYPES",
     "Baseline",
+    "Comm",
+    "CommBaseline",
+    "DistributedSpec",
     "KernelSpec",
     "KernelUnsupported",
     "LaunchConfig",
     "Params",
     "Suite",
     "Tensors",
+    "World",
     "validate_suite",
 ]
 
@@ -119,19 +124,101 @@ class KernelSpec:
             ) from None
 
 
+#: The collectives whose bus bandwidth nccl-tests defines (``harness/distributed/bandwidth.py``).
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
+
+
+@dataclass(frozen=True)
+class World:
+    """The ranks a distributed case runs on: GPUs (on the CPU, processes) per node, and
+    nodes. It is read from the case's params (``gpus_per_node``, ``nodes`` default 1), so
+    the world size is part of the case's identity like any shape."""
+
+    gpus_per_node: int
+    nodes: int = 1
+
+    @property
+    def size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @classmethod
+    def of(cls, params: Params) -> World:
+        return cls(int(params["gpus_per_node"]), int(params.get("nodes", 1)))
+
+
+@dataclass(frozen=True)
+class Comm:
+    """What one rank's callables are told: its rank, the world, the device it runs on, and
+    the process group of the measured backend (NCCL on GPUs, gloo on the CPU)."""
+
+    rank: int
+    world: World
+    device: torch.device
+    group: Any
+    backend: str
+
+    @property
+    def size(self) -> int:
+        return self.world.size
+
+
+@dataclass(frozen=True)
+class CommBaseline:
+    """The stock collective a distributed kernel must beat (NCCL's all-reduce beside a
+    custom one): ``fn(inputs, params, comm)`` returns freshly allocated outputs."""
+
+    name: str
+    fn: Callable[[Tensors, Params, Comm], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class DistributedSpec:
+    """A case that runs on several ranks at once: a collective, an all-to-all dispatch, a
+    custom communication kernel. The harness starts ``World.of(params).size`` ranks with
+    ``torch.distributed`` and calls these on every rank:
+
+    - ``make_inputs(params, dtype, device, generator, rank)``: that rank's random inputs.
+      The harness draws every rank's inputs on every rank (each from its own seed), so the
+      reference sees them all.
+    - ``make_outputs(inputs, params)``: the tensors this rank's launch writes.
+    - ``launch(inputs, outputs, params, comm)``: this rank's part of the operation, through
+      ``comm.group``; returns the config it used, or None.
+    - ``reference(all_inputs, params, rank)``: ``rank``'s expected outputs, from every
+      rank's inputs in float64.
+    - ``collective`` and ``message_bytes(params, elem)``: the nccl-tests bus-bandwidth
+      formula and its byte count S (docs/DISTRIBUTED.md).
+    """
+
+    name: str
+    summary: str
+    make_inputs: Callable[[Params, torch.dtype, torch.device, torch.Generator, int], dict[str, Any]]
+    make_outputs: Callable[[Tensors, Params], dict[str, torch.Tensor]]
+    launch: Callable[[Tensors, Tensors, Params, Comm], LaunchConfig | None]
+    reference: Callable[[Sequence[Tensors], Params, int], dict[str, torch.Tensor]]
+    collective: str
+    message_bytes: Callable[[Params, int], int]
+    workloads: Mapping[str, tuple[Params, ...]]
+    baseline: CommBaseline | None = None
+    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
+    tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
+    deterministic: bool = True
+
+    cases = KernelSpec.cases
+
+
 @dataclass(frozen=True)
 class Suite:
     """A named collection of kernel specs: what a suite module exposes as ``SUITE``."""
 
     name: str
-    kernels: tuple[KernelSpec, ...]
+    kernels: tuple[KernelSpec | DistributedSpec, ...]
 
     def __post_init__(self) -> None:
         problems = validate_suite(self)
         if problems:
             raise ValueError(f"suite {self.name!r} is malformed: " + "; ".join(problems))
 
-    def kernel(self, name: str) -> KernelSpec:
+    def kernel(self, name: str) -> KernelSpec | DistributedSpec:
         for spec in self.kernels:
             if spec.name == name:
                 return spec
@@ -155,8 +242,8 @@ def validate_suite(suite: Suite) -> list[str]:
         problems.append("it declares no kernels")
     seen: set[str] = set()
     for spec in suite.kernels:
-        if not isinstance(spec, KernelSpec):
-            problems.append(f"{spec!r} is not a KernelSpec")
+        if not isinstance(spec, KernelSpec | DistributedSpec):
+            problems.append(f"{spec!r} is not a KernelSpec or a DistributedSpec")
             continue
         if spec.name in seen:
             problems.append(f"kernel name {spec.name!r} is declared twice")
@@ -165,8 +252,8 @@ def validate_suite(suite: Suite) -> list[str]:
     return problems
 
 
-def _validate_spec(spec: KernelSpec) -> list[str]:
-    problems = []
+def _validate_spec(spec: KernelSpec | DistributedSpec) -> list[str]:
+    problems = _validate_world(spec) if isinstance(spec, DistributedSpec) else []
     if not _NAME.match(spec.name):
         problems.append(f"name must match {_NAME.pattern}")
     unknown = [d for d in spec.dtypes if d not in DTYPES]
@@ -189,6 +276,23 @@ def _validate_spec(spec: KernelSpec) -> list[str]:
             bad = {k: v for k, v in case.items() if not isinstance(v, ParamValue)}
             if bad:
                 problems.append(f"workload {workload!r}: case params {bad} are not scalars")
-    if spec.configs and spec.pinned_config is None:
+    if isinstance(spec, KernelSpec) and spec.configs and spec.pinned_config is None:
         problems.append("has autotune configs but no pinned_config for devices that cannot tune")
+    return problems
+
+
+def _validate_world(spec: DistributedSpec) -> list[str]:
+    problems = []
+    if spec.collective not in COLLECTIVES:
+        problems.append(f"collective {spec.collective!r} must be one of {', '.join(COLLECTIVES)}")
+    for workload, cases in spec.workloads.items():
+        for case in cases:
+            world = {k: case.get(k, 1) for k in ("gpus_per_node", "nodes")}
+            if "gpus_per_node" not in case or not all(
+                type(v) is int and v >= 1 for v in world.values()
+            ):
+                problems.append(
+                    f"workload {workload!r}: case {dict(case)} needs gpus_per_node (and "
+                    "optionally nodes) as positive integers"
+                )
     return problems

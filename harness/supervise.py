@@ -90,6 +90,8 @@ class CheckRequest:
             "seed": self.seed,
             "start": start,
             "pins": pins_to_json(self.pins),
+            "case_timeout_s": self.case_timeout_s,
+            "startup_timeout_s": self.startup_timeout_s,
         }
 
 
@@ -276,6 +278,9 @@ def _run_child(
                         held = None
                     current = int(event["task"])
                     deadline = time.monotonic() + request.case_timeout_s
+                elif kind == "starting":  # a distributed case's ranks start, then it runs
+                    deadline = time.monotonic() + request.startup_timeout_s
+                    deadline += request.case_timeout_s
                 elif kind == "result":
                     index = int(event["task"])
                     record = read_record(event["record"])

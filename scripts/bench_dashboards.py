@@ -109,7 +109,7 @@ def populate(fleet: synthetic_fleet.Fleet, url: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     with psycopg.connect(url) as conn:
         ingester = Ingester(conn)
-        for run in runs_with_builds(fleet, end):
+        for run in [*runs_with_builds(fleet, end), *synthetic_fleet.comm_runs(end, fleet.days)]:
             ingester.ingest(run)
         synthetic_fleet.add_regressions(conn, max(10, fleet.series // 4), fleet.seed,
                                         min(20, fleet.days // 2))  # fmt: skip

@@ -123,6 +123,9 @@ def _dataclass_of(hint: Any) -> type | None:
 
 _RUN_DEVICE = "the run's device (runs.device_id); kept in extra when it differs"
 _RUN_SOFTWARE = "the run's environment (runs.environment_id); kept in extra when it differs"
+# A distributed case's ranks (GPU UUIDs, NCCL version and environment) and the ranks that
+# failed; the fabric also goes to the series (series.fabric).
+_DISTRIBUTED = ("world", "failed_ranks")
 _SAMPLE_FIELDS = ("samples_ns", "baseline_samples_ns", "throttled", "baseline_throttled",
                   "sm_clock_mhz", "mem_clock_mhz")  # fmt: skip
 
@@ -132,7 +135,7 @@ MEASUREMENTS = Table(
     (
         given("id", "bigint"),
         given("run_id", "bigint"),
-        given("series_id", "integer", "case", "method", "device"),
+        given("series_id", "integer", "case", "method", "device", "world"),
         given("measured_at", "timestamp with time zone"),
         given("history", "boolean"),
         given("config_id", "integer", "config"),
@@ -150,6 +153,10 @@ MEASUREMENTS = Table(
         read("pct_compute", "double precision", "sol.pct_compute"),
         read("pct_memory", "double precision", "sol.pct_memory"),
         read("pct_sol", "double precision", "sol.pct_sol"),
+        read("message_bytes", "bigint", "bandwidth.message_bytes"),
+        read("algbw_gbps", "double precision", "bandwidth.algbw_gbps"),
+        read("busbw_gbps", "double precision", "bandwidth.busbw_gbps"),
+        read("busbw_peak_gbps", "double precision", "bandwidth.peak_gbps"),
         read("baseline_median_ns", "double precision"),
         read("speedup", "double precision"),
         given("sample_count", "integer", "samples_ns"),
@@ -177,6 +184,7 @@ MEASUREMENTS = Table(
         "device": _RUN_DEVICE,
         "software": _RUN_SOFTWARE,
     },
+    extra=(*_DISTRIBUTED, "bandwidth.collective", "bandwidth.bus_factor"),
 )
 
 CORRECTNESS = Table(
@@ -205,6 +213,7 @@ CORRECTNESS = Table(
         given("extra", "jsonb"),
     ),
     {"device": _RUN_DEVICE, "software": _RUN_SOFTWARE},
+    extra=_DISTRIBUTED,
 )
 
 BUILDS = Table(

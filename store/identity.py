@@ -21,13 +21,16 @@ def case_key(case: CaseId) -> str:
     return _hash([case.suite, case.kernel, dict(case.params), case.dtype])
 
 
-def series_key(repository: str, case: CaseId, device_model: str, method: Method) -> str:
+def series_key(
+    repository: str, case: CaseId, device_model: str, method: Method, fabric: str | None = None
+) -> str:
     """The series key: a hash of (repository, suite, kernel, canonical params, dtype, device
-    model, method). The workload is left out: the same case in two workloads is one line."""
-    return _hash(
-        [repository, case.suite, case.kernel, dict(case.params), case.dtype, device_model,
-         method.timer, method.l2, method.harness_version]
-    )  # fmt: skip
+    model, method), and for a distributed case its fabric (``WorldInfo.fabric``: the
+    interconnect and NCCL tuning; the world size is in the params). The workload is left
+    out: the same case in two workloads is one line."""
+    identity = [repository, case.suite, case.kernel, dict(case.params), case.dtype,
+                device_model, method.timer, method.l2, method.harness_version]  # fmt: skip
+    return _hash([*identity, fabric] if fabric is not None else identity)
 
 
 def _canonical(value: Any) -> str:

@@ -249,11 +249,12 @@ class Ingester:
         # Hashing canonical JSON costs ~10 us a record; the tuple of the same identity is a
         # few times cheaper to build, and equal for every run of the same case.
         c = m.case
+        fabric = m.world.fabric() if m.world is not None else None
         memo = (repository, c.suite, c.kernel, c.dtype, tuple(c.params.items()), m.device.name,
-                m.method)  # fmt: skip
+                m.method, fabric)  # fmt: skip
         key = self._keys.get(memo)
         if key is None:
-            key = self._keys[memo] = series_key(repository, c, m.device.name, m.method)
+            key = self._keys[memo] = series_key(repository, c, m.device.name, m.method, fabric)
         return key
 
     def _resolve_series(
@@ -281,13 +282,13 @@ class Ingester:
             rows.append((
                 key, kernel_id, case_key(m.case), m.case.workload, canonical_params(m.case),
                 m.case.dtype, m.device.name, m.method.timer, m.method.l2,
-                m.method.harness_version,
+                m.method.harness_version, m.world.fabric() if m.world is not None else None,
             ))  # fmt: skip
         inserted = cur.execute(
             """INSERT INTO series (key, kernel_id, case_key, workload, params, dtype,
-                device_model, timer, l2, harness_version)
+                device_model, timer, l2, harness_version, fabric)
             SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::jsonb[],
-                %s::text[], %s::text[], %s::text[], %s::text[], %s::int[])
+                %s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[])
             ON CONFLICT (key) DO NOTHING RETURNING id""",
             [list(column) for column in zip(*rows, strict=True)],
         ).fetchall()
@@ -440,7 +441,9 @@ def _extra_json(
     keep_flags: bool = False,
 ) -> str | None:
     """``_extra`` as JSON text."""
-    kept = {path: attribute(record, path) for path in _KEPT[type(record)]}
+    # A field at its empty default (a single-GPU case's world) is not worth a row's extra.
+    values = {path: attribute(record, path) for path in _KEPT[type(record)]}
+    kept = {path: v for path, v in values.items() if v is not None and v != ()}
     if keep_clocks:
         kept["sm_clock_mhz"] = record.sm_clock_mhz
         kept["mem_clock_mhz"] = record.mem_clock_mhz

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import psycopg
 
+from kernelwatch.harness.distributed.bandwidth import bandwidth
 from kernelwatch.harness.records import (
     CaseId,
     CommitInfo,
@@ -24,11 +25,13 @@ from kernelwatch.harness.records import (
     LaunchConfig,
     Measurement,
     Method,
+    RankInfo,
     RunInfo,
     SoftwareInfo,
     SpeedOfLight,
     Summary,
     Telemetry,
+    WorldInfo,
 )
 from kernelwatch.store.runfile import Run
 
@@ -192,3 +195,50 @@ def add_regressions(conn: psycopg.Connection, count: int, seed: int, back: int =
         {"count": count, "seed": str(seed), "back": back},
     )
     conn.commit()
+
+
+#: The communication suite's repository (it sorts after REPOSITORY) and NVLink 4's per-GPU
+#: unidirectional peak, which the seeded bus bandwidth approaches.
+COMM_REPOSITORY = "github.com/example/moe-comm"
+COMM_PEAK_GBPS = 450.0
+COMM_SIZES = (8192, 1 << 20, 1 << 30)
+COMM_WORLDS = (2, 8)
+
+
+def comm_runs(end: datetime, days: int) -> list[Run]:
+    """A multi-GPU node's nightlies of the communication suite over the last ``days``:
+    NCCL all-reduce at 2 and 8 GPUs over three message sizes, the bus bandwidth growing with
+    the size towards 80% of NVLink's peak (``0.8 * peak * S / (S + 1 MiB)``)."""
+    name, capability, sms = MODELS[0]
+    device = DeviceInfo("cuda", name, "hgx-0", False, "GPU-hgx-0", capability, sms)
+    runs = []
+    for day in range(days):
+        at = end - timedelta(days=days - day)
+        records = []
+        for gpus in COMM_WORLDS:
+            ranks = tuple(RankInfo(r, device.host, name, f"GPU-hgx-{r}") for r in range(gpus))
+            world = WorldInfo("nccl", gpus, 1, "nvlink", ranks, "NV18", "2.27.3")
+            for size in COMM_SIZES:
+                busbw = COMM_PEAK_GBPS * 0.8 * size / (size + (1 << 20))
+                time_ns = size * 2 * (gpus - 1) / gpus / busbw
+                # As steady as the fleet's kernels, so the node is not quarantined as noisy.
+                samples = (time_ns * 0.999, time_ns, time_ns * 1.001)
+                summary = Summary(3, time_ns, samples[0], samples[2], time_ns, samples[0],
+                                  samples[0], samples[2], "converged", 0.001)  # fmt: skip
+                case = CaseId("comm", "all_reduce", "llm",
+                              {"gpus_per_node": gpus, "bytes": size}, "bf16")  # fmt: skip
+                records.append(Measurement(
+                    case, "ok", "", METHOD, device, SOFTWARE, samples_ns=samples,
+                    throttled=(False,) * 3, summary=summary, config_source="heuristic",
+                    world=world,
+                    bandwidth=bandwidth("all_reduce", size, gpus, time_ns, COMM_PEAK_GBPS),
+                ))  # fmt: skip
+        started = at + timedelta(hours=4)
+        info = RunInfo(
+            str(uuid.uuid5(uuid.NAMESPACE_URL, f"{COMM_REPOSITORY}/{day}")), "nightly",
+            COMM_REPOSITORY, "comm", CommitInfo(f"{day:040x}", (), at.isoformat(), "", "main"),
+            device, SOFTWARE, started.isoformat(), "ok",
+            (started + timedelta(minutes=20)).isoformat(), None, "h100x8-pool", None,
+        )  # fmt: skip
+        runs.append(Run(info, tuple(records)))
+    return runs

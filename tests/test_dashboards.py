@@ -36,6 +36,9 @@ from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.suspects import SuspectRow, insert_suspects
 from kernelwatch.store.synthetic_fleet import (
+    COMM_PEAK_GBPS,
+    COMM_SIZES,
+    COMM_WORLDS,
     METHOD,
     MODELS,
     REPOSITORY,
@@ -43,6 +46,7 @@ from kernelwatch.store.synthetic_fleet import (
     Fleet,
     add_regressions,
     cases,
+    comm_runs,
     devices,
     make_run,
 )
@@ -193,6 +197,8 @@ def seeded(pg_server):
         _checked_noise(conn, planted_key)
         # Older regressions, some still untriaged, as earlier detection passes left them.
         add_regressions(conn, 20, seed=1, back=12)
+        for run in comm_runs(END, 3):  # after the synthetic regressions, which pick series
+            ingester.ingest(run)
     reader = url.replace("postgres@", "kernelwatch_reader@", 1)
     return SimpleNamespace(
         url=url, reader=reader, report=report, regression_id=regression_id,
@@ -496,3 +502,17 @@ def test_benchmark_script_small_scale(store_url):
     expected |= {f"alert: {spec.title}" for spec in alerts.RULES}
     assert expected <= set(report["queries"])
     assert all(t["p95_ms"] >= t["p50_ms"] > 0 for t in report["queries"].values())
+
+
+def test_communication_panel_shows_bus_bandwidth_by_size_and_world_against_the_peak(seeded, reader):
+    rows = _panel_rows(
+        seeded, reader, "kw-comm",
+        "Bus bandwidth by message size and world size (latest nightly), against the "
+        "interconnect's peak",
+    )  # fmt: skip
+    cells = {(r["world_size"], r["message_bytes"]): r for r in rows}
+    assert sorted(cells) == [(w, s) for w in COMM_WORLDS for s in COMM_SIZES]
+    largest = cells[8, 1 << 30]
+    assert largest["busbw_peak_gbps"] == COMM_PEAK_GBPS and largest["fabric"] == "nvlink"
+    assert largest["pct_peak"] == pytest.approx(80 * (1 << 30) / ((1 << 30) + (1 << 20)))
+    assert largest["busbw_gbps"] == pytest.approx(largest["algbw_gbps"] * 7 / 4)

@@ -57,8 +57,8 @@ def plan_builds(
     jobs: list[Job] = []
     failures: list[BuildMetrics] = []
     for spec in suite.kernels:
-        if kernels and spec.name not in kernels:
-            continue
+        if (kernels and spec.name not in kernels) or not isinstance(spec, KernelSpec):
+            continue  # a distributed spec's launches need its ranks: not built here
         chosen = workload if workload in spec.workloads else next(iter(spec.workloads))
         chosen_dtypes = [d for d in spec.dtypes if d in dtypes] if dtypes else default_dtypes(spec)
         for dtype in chosen_dtypes:

@@ -133,7 +133,10 @@ class _Measurer:
         assert events is not None, "every device has an events or perf-counter timer"
         self.session, self.graph = events, session(tools.timer(GRAPH_TIMER))
         selected = [s for s in suite.kernels if not options.kernels or s.name in options.kernels]
-        self.specs = [s for s in selected if options.workload in s.workloads]
+        # A distributed case is compared with nothing single-process.
+        self.specs = [
+            s for s in selected if isinstance(s, KernelSpec) and options.workload in s.workloads
+        ]
 
     def collect(self, fn: Callable[[], object], graph: bool = False) -> Collected:
         """Samples of ``fn`` under the run's stopping rule, with events (or the perf

@@ -1,0 +1,73 @@
+"""The multi-GPU work pool's Kubernetes manifests (infra/k8s/multi-gpu/), validated against
+the Kubernetes API's JSON schemas (kubernetes-validate, strict: no unknown fields) after
+Prefect renders the base job template the way its worker does; and the concurrency slots a
+multi-GPU run takes on its node."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from prefect.utilities.templating import apply_values
+
+from kernelwatch.flows.tasks import device_slot_names
+
+MULTI_GPU = Path(__file__).parent.parent / "infra" / "k8s" / "multi-gpu"
+KUBERNETES = "1.30"
+
+
+def _rendered_job(template: dict) -> dict:
+    """The Job the Prefect worker would create for a flow run: every variable at its
+    default, and what the worker supplies itself (name, command, env, labels)."""
+    values = {k: v["default"] for k, v in template["variables"]["properties"].items()
+              if "default" in v}  # fmt: skip
+    values |= {
+        "name": "nightly-run",
+        "command": "prefect flow-run execute",
+        "labels": {"prefect.io/flow-run-name": "nightly-run"},
+        "service_account_name": "default",
+        "job_watch_timeout_seconds": 600,
+    }
+    values["env"] = [{"name": k, "value": v} for k, v in values["env"].items()]
+    return apply_values(template["job_configuration"]["job_manifest"], values)
+
+
+def test_the_multi_gpu_job_takes_a_whole_node_and_is_a_valid_job():
+    template = json.loads((MULTI_GPU / "gpu-h100x8.json").read_text())
+    job = _rendered_job(template)
+    # The worker splits the command into the container's args, as its own template does.
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    container["args"] = shlex.split(container["args"])
+    assert kubernetes_validate.validate(job, KUBERNETES, strict=True)
+    assert container["resources"]["requests"] == {"nvidia.com/gpu": 8}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+
+
+def test_the_multi_gpu_worker_is_a_valid_deployment_of_its_pool():
+    (worker,) = yaml.safe_load_all((MULTI_GPU / "worker.yaml").read_text())
+    assert kubernetes_validate.validate(worker, KUBERNETES, strict=True)
+    script = worker["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "--base-job-template /templates/gpu-h100x8.json" in script
+    kustomization = yaml.safe_load((MULTI_GPU / "kustomization.yaml").read_text())
+    assert kustomization["configMapGenerator"][0]["files"] == ["gpu-h100x8.json"]
+
+
+def test_a_broken_manifest_is_refused_by_the_validator():
+    (worker,) = yaml.safe_load_all((MULTI_GPU / "worker.yaml").read_text())
+    worker["spec"]["replicas"] = "one"
+    with pytest.raises(kubernetes_validate.ValidationError, match="'one' is not of type"):
+        kubernetes_validate.validate(worker, KUBERNETES, strict=True)
+
+
+def test_a_multi_gpu_run_holds_every_gpu_of_its_node(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    names = device_slot_names(8)
+    assert len(names) == 8 and len(set(names)) == 8
+    assert device_slot_names(1) == names[:1]  # a single-GPU worker of the host competes
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert [n.rsplit("-", 1)[1] for n in device_slot_names(8)] == ["gpu2", "gpu3"]
