@@ -266,6 +266,8 @@ def test_push_command_refuses_bad_input(kernelwatch_cli, args, message):
 
 
 def test_push_command_says_when_grafana_is_unreachable(kernelwatch_cli):
-    result = kernelwatch_cli("dashboards", "push", "--url", "http://127.0.0.1:9", "--token", "glsa_unreachable_test")
+    result = kernelwatch_cli(
+        "dashboards", "push", "--url", "http://127.0.0.1:9", "--token", "glsa_unreachable_test"
+    )
     assert result.returncode == 1
     assert result.stderr.startswith("error: http://127.0.0.1:9: cannot reach Grafana")
