@@ -22,7 +22,7 @@ from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer
 
 # Written literally, not imported: the same tests run against code that predates the marker.
 MARKER = ".kernelwatch-embedded"
-ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as another user only as root")
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="only as root is the server another user")
 
 
 @pytest.fixture
