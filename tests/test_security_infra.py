@@ -288,7 +288,9 @@ finally:
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"
+)
 def test_job_capabilities_are_all_the_sandbox_needs():
     """A root worker limited to the jobs' capabilities (no mount or network namespace can
     be made then) still puts kernel code under the sandbox user, ends it and cleans up;
