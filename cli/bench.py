@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import (
@@ -174,7 +175,7 @@ def _print_table(records: list[Measurement]) -> None:
             _number(sol.gbps if sol else None, ".3g"),
             f"{sol.pct_sol:.1f} {sol.bound}" if sol and sol.pct_sol is not None else "-",
             _number(r.speedup, ".3g"),
-            f"[{style}]{status}[/{style}]" if style else status,
+            Text(status, style=style),
         )
     out.print(table)
     for text, number in notes.items():

@@ -6,6 +6,7 @@ from collections import Counter
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import (
@@ -105,7 +106,7 @@ def _print_table(results: list[CorrectnessResult]) -> None:
             r.case.dtype,
             "-" if r.rel_error is None else f"{r.rel_error:.2e}",
             f"{r.tolerance:.1e}",
-            f"[{style}]{r.verdict}[/{style}]",
+            Text(r.verdict, style=style),
             reason,
         )
     out.print(table)

@@ -192,8 +192,10 @@ def _print_table(results: list[SeriesResult]) -> None:
             style = "bold red" if cp.direction == "regression" else "green"
             at = f"{cp.index}" + (f" ({s.rev[cp.index]})" if s.rev is not None else "")
             lines.append(
-                f"[{style}]{cp.direction}[/{style}] at {at}: "
-                f"{cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})"
+                Text.assemble(
+                    (cp.direction, style),
+                    f" at {at}: {cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})",
+                )
             )
-        table.add_row(str(s.id), str(found.n), noise, status, "\n".join(lines) or "-")
+        table.add_row(str(s.id), str(found.n), noise, status, Text("\n").join(lines) or "-")
     out.print(table)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import KernelOption, RepoOption, SuiteOption, seconds
@@ -76,8 +77,10 @@ def selfcheck(
         fail(str(exc), code=2)
     for finding in outcome.findings:
         style = _STATUS_STYLE[finding.status]
-        stderr.print(f"[{style}]{finding.status.upper():10}[/{style}] {finding.question}: ",
-                     end="")  # fmt: skip
+        stderr.print(
+            Text.assemble((f"{finding.status.upper():10}", style), f" {finding.question}: "),
+            end="",
+        )
         stderr.print(finding.line, markup=False, highlight=False)
     stderr.print(f"selfcheck: wrote {outcome.folder}", markup=False, highlight=False)
     if not outcome.settled:
