@@ -3,6 +3,7 @@ kernels or users is printed as text, never as Rich markup (issue 17, findings 10
 
 from __future__ import annotations
 
+import json
 import re
 
 import psycopg
@@ -64,10 +65,11 @@ def test_detect_malformed_series_file_is_one_line_exit_2(kernelwatch_cli, tmp_pa
 
 def test_detect_series_id_is_printed_as_text_not_markup(kernelwatch_cli, tmp_path):
     path = tmp_path / "series.jsonl"
-    path.write_text('{"id": "[/red][bold]x", "y": [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]}\n')
+    level = [1.0, 1.01, 1.02] * 7
+    path.write_text(json.dumps({"id": "[/red][bold]x", "y": level + [y + 1 for y in level]}))
     proc = kernelwatch_cli("detect", str(path))
     assert proc.returncode == 0, proc.stderr
-    assert "[/red][bold]x" in proc.stdout
+    assert "[/red][bold]x" in proc.stdout and "regression at 21" in proc.stdout
     assert not STYLE_TAGS.search(proc.stdout.replace("[/red][bold]x", ""))
 
 
