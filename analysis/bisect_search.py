@@ -27,6 +27,10 @@ The search, like ``git bisect`` with A/B verdicts in place of a test script:
 The outcome is ``found`` (the culprit is the first bad commit, its parent good or the good
 end), ``not_reproduced``, ``inconclusive`` or ``budget_exhausted``, with the range the culprit
 lies in (first possibly bad commit .. last, both inclusive), every probe, and the total cost.
+
+:func:`bisect_checks` runs the same search with the correctness check as the probe (a
+correctness regression): a commit is bad when one of the cases failing at the bad end fails
+or errors, good when they all pass, skipped when one was not checked.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from kernelwatch.analysis.thresholds import BisectThresholds
 from kernelwatch.analysis.verdict import ABVerdict
 
 Judgement = Literal["good", "bad", "ambiguous", "skip"]
+#: Correctness verdicts that make a commit bad for a correctness bisection.
+FAILING = ("fail", "error")
 Status = Literal["found", "not_reproduced", "inconclusive", "budget_exhausted"]
 
 
@@ -67,11 +73,13 @@ def _same_for_every_case(case: str) -> BisectThresholds:
 @dataclass(frozen=True)
 class Probe:
     """One measurement of a commit against the known-good commit: a verdict per case it
-    could compare, why it could not for the others (``errors``), and its device seconds."""
+    could compare, why it could not for the others (``errors``), and its device seconds. A
+    correctness probe has ``checks`` instead: each case's correctness verdict."""
 
     verdicts: Mapping[str, ABVerdict]
     gpu_seconds: float
     errors: Mapping[str, str] = field(default_factory=dict)
+    checks: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ class Step:
     errors: Mapping[str, str]
     gpu_seconds: float
     judgement: Judgement
+    checks: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,12 @@ class BisectOutcome:
         if self.culprit is None:
             return f"bisect {self.status}: {self.reason} ({cost})"
         bad = next(s for s in reversed(self.steps) if s.commit == self.culprit)
+        if bad.checks:
+            case = next(c for c in self.cases if bad.checks.get(c) in FAILING)
+            return (
+                f"culprit {self.culprit[:12]}: {case} {bad.checks[case]}s its correctness "
+                f"check; {self.reason} ({cost})"
+            )
         case, worst = max(
             ((c, bad.verdicts[c]) for c in self.cases if c in bad.verdicts),
             key=lambda item: item[1].ratio,
@@ -130,11 +145,65 @@ def bisect(
     """Find the first commit of ``commits`` (oldest first: the known-good commit, the
     commits after it, the bad commit) that carries the regression; see the module docstring
     for the rules. ``case_thresholds`` gives each case (named as in the probes) its own."""
+    _check_range(commits)
+
+    def middle(end: Probe) -> tuple[tuple[str, ...], Callable[[Probe], Judgement]]:
+        thresholds = thresholds_from(end, case_thresholds)
+        return tuple(sorted(thresholds)), lambda p: judge(p, thresholds)
+
+    rules = _Rules(judge_bad_end, middle, "is not SLOWER in any case")
+    return _Search(commits, probe, budget_s, config, rules).run()
+
+
+def bisect_checks(
+    commits: Sequence[str], probe: Callable[[str, int], Probe], budget_s: float
+) -> BisectOutcome:
+    """Find the first commit of ``commits`` (as :func:`bisect` takes them) whose correctness
+    check fails in a case that fails at the bad end; ``probe(commit, 0)`` checks ``commit``
+    and returns the cases' verdicts in ``Probe.checks``. A check has no sampling to refine,
+    so each commit is probed once."""
+    _check_range(commits)
+
+    def middle(end: Probe) -> tuple[tuple[str, ...], Callable[[Probe], Judgement]]:
+        cases = tuple(sorted(c for c, v in end.checks.items() if v in FAILING))
+        return cases, lambda p: judge_checks(p, cases)
+
+    rules = _Rules(judge_checks_end, middle, "passes every check")
+    return _Search(commits, probe, budget_s, BisectConfig(max_rounds=1), rules).run()
+
+
+def _check_range(commits: Sequence[str]) -> None:
     if len(commits) < 2:
         raise ValueError("bisect needs at least the good and the bad commit")
     if len(set(commits)) != len(commits):
         raise ValueError("the commit list names a commit twice")
-    return _Search(commits, probe, budget_s, config, case_thresholds).run()
+
+
+def judge_checks_end(probe: Probe) -> Judgement:
+    """A correctness bisection's bad end: bad when some case fails or errors, skip when
+    nothing was checked, good otherwise."""
+    if not probe.checks:
+        return "skip"
+    return "bad" if any(v in FAILING for v in probe.checks.values()) else "good"
+
+
+def judge_checks(probe: Probe, cases: Sequence[str]) -> Judgement:
+    """A commit's judgement on the cases that fail at the bad end: bad when one of them
+    fails or errors, skip when one was not checked, good otherwise."""
+    if any(case not in probe.checks for case in cases):
+        return "skip"
+    return "bad" if any(probe.checks[c] in FAILING for c in cases) else "good"
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """How a search judges: the bad end, then (from the bad end's probe) the cases the
+    regression is in and the judgement of every other commit; and what the bad end failing
+    to reproduce is called."""
+
+    end: Callable[[Probe], Judgement]
+    middle: Callable[[Probe], tuple[tuple[str, ...], Callable[[Probe], Judgement]]]
+    not_bad: str
 
 
 def judge(probe: Probe, thresholds: Mapping[str, float]) -> Judgement:
@@ -185,13 +254,13 @@ class _Search:
         probe: Callable[[str, int], Probe],
         budget_s: float,
         config: BisectConfig,
-        case_thresholds: Callable[[str], BisectThresholds],
+        rules: _Rules,
     ) -> None:
         self.commits = list(commits)
         self.probe = probe
         self.budget_s = budget_s
         self.config = config
-        self.case_thresholds = case_thresholds
+        self.rules = rules
         self.steps: list[Step] = []
         self.spent = 0.0
         self.last: Probe | None = None
@@ -199,22 +268,21 @@ class _Search:
 
     def run(self) -> BisectOutcome:
         good, bad = 0, len(self.commits) - 1
-        verdict = self._measure(bad, judge_bad_end)
+        verdict = self._measure(bad, self.rules.end)
         if verdict is None:
             return self._over_budget(good, bad)
         if verdict == "skip":
             return self._end("inconclusive", good, bad, "the bad commit could not be measured")
         if verdict != "bad":
-            why = "stayed AMBIGUOUS" if verdict == "ambiguous" else "is not SLOWER"
-            return self._end("not_reproduced", good, bad, f"the bad commit {why} in any case")
+            why = "stayed AMBIGUOUS in any case" if verdict == "ambiguous" else self.rules.not_bad
+            return self._end("not_reproduced", good, bad, f"the bad commit {why}")
         assert self.last is not None
-        thresholds = thresholds_from(self.last, self.case_thresholds)
-        self.cases = tuple(sorted(thresholds))
+        self.cases, rule = self.rules.middle(self.last)
         skipped: set[int] = set()
         while untested := [i for i in range(good + 1, bad) if i not in skipped]:
             # The untested commit nearest the middle; ties go to the older one.
             middle = min(untested, key=lambda i: (abs(2 * i - good - bad), i))
-            verdict = self._measure(middle, lambda p: judge(p, thresholds))
+            verdict = self._measure(middle, rule)
             if verdict is None:
                 return self._over_budget(good, bad)
             if verdict == "ambiguous":
@@ -255,8 +323,11 @@ class _Search:
             probe = self.last = self.probe(commit, round_)
             verdict = rule(probe)
             self.steps.append(
-                Step(commit, round_, probe.verdicts, probe.errors, probe.gpu_seconds, verdict)
-            )
+                Step(
+                    commit, round_, probe.verdicts, probe.errors, probe.gpu_seconds, verdict,
+                    probe.checks,
+                )
+            )  # fmt: skip
             self.spent += probe.gpu_seconds
             if verdict != "ambiguous":
                 return verdict

@@ -31,6 +31,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from kernelwatch.analysis.confirm import Confirmation, Floors, confirm_shift, cycles
 from kernelwatch.analysis.noise import relative_noise
+from kernelwatch.analysis.tail import TailRule, tail_magnitude_pct, tail_shift
 from kernelwatch.analysis.thresholds import DetectorConfig
 
 Cause = Literal["code", "environment", "unknown"]
@@ -41,7 +42,9 @@ _DEFAULT = DetectorConfig()
 @dataclass(frozen=True)
 class ChangePoint:
     """A confirmed change. ``index`` is the first point of the new regime; ``magnitude_pct``
-    is the signed change of the median level (after vs before) in percent."""
+    is the signed change of the median level (after vs before) in percent. ``provisional``:
+    found in the newest points only (``tail.py``), before enough points follow it for the
+    scan to settle it."""
 
     index: int
     direction: Direction
@@ -49,6 +52,7 @@ class ChangePoint:
     p_value: float
     effect: float
     cause: Cause
+    provisional: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,14 @@ def detect(
     y: np.ndarray | list[float],
     config: DetectorConfig = _DEFAULT,
     clock_mhz: np.ndarray | list[float] | None = None,
+    provisional: bool = False,
 ) -> Detection:
     """Change points of one series of positive times in commit order.
 
     ``clock_mhz`` (SM clock per point, parallel to ``y``) enables the cycle-space check.
-    Raises ValueError on non-positive or non-finite values.
+    ``provisional`` also reports a change in the newest points that the scan cannot judge
+    yet (``config.tail_points`` or more points beyond ``config.tail_z`` noise sigmas),
+    marked provisional. Raises ValueError on non-positive or non-finite values.
     """
     # Work on "badness": log time, or minus log rate, so slower is always larger (the side
     # the one-sided GPU noise falls on, which confirm.trim_slow_tail relies on).
@@ -93,7 +100,38 @@ def detect(
         _describe(k, conf, _cause(log_cycles, found, k, config, floors), config)
         for k, conf in found.items()
     )
+    if provisional and config.tail_points:
+        points += _provisional(x, sorted(found), sigma, floors.magnitude, config)
     return Detection("ok", int(x.size), float(sigma * 100.0), points)
+
+
+def _provisional(
+    x: np.ndarray, settled: list[int], sigma: float, min_shift: float, config: DetectorConfig
+) -> tuple[ChangePoint, ...]:
+    """The change in the newest points, judged against the regime since the last settled
+    change (tail points up to the short scan window: past that the scan itself reports)."""
+    rule = TailRule(
+        z=config.tail_z,
+        min_shift=min_shift,
+        min_points=config.tail_points,
+        max_points=max(config.min_size, config.window // 3),
+        min_reference=config.min_size,
+        reference=config.window,
+    )
+    found = tail_shift(x, rule, sigma, regime_start=settled[-1] if settled else 0)
+    if found is None:
+        return ()
+    return (
+        ChangePoint(
+            index=found.start,
+            direction="regression" if found.shift > 0 else "improvement",
+            magnitude_pct=tail_magnitude_pct(found, config.lower_is_better),
+            p_value=found.p_value,
+            effect=found.effect,
+            cause="unknown",
+            provisional=True,
+        ),
+    )
 
 
 def local_rank_scan(x: np.ndarray, window: int) -> np.ndarray:

@@ -1,9 +1,10 @@
 """Every number that decides whether something is a regression, declared once: change-point
 detection on nightly history, same-GPU A/B verdicts, bisection's judgement of a commit,
-and the static rules of build diffs, with per-kernel overrides by name pattern.
+the static rules of build diffs and the nightly's suspicion test, with per-kernel overrides
+by name pattern; and the nightly's budget for confirming what it suspects.
 
 ``kernelwatch.toml`` sets them (``[detection]``, ``[verdict]``, ``[bisect]``, ``[static]``,
-``[[thresholds]]``; ``config/settings.py`` reads it) and every command and flow that
+``[confirm]``, ``[[thresholds]]``; ``config/settings.py`` reads it) and every command and flow that
 decides asks :meth:`Thresholds.for_kernel` for the kernel at hand. The defaults below are
 the tuned ones; docs/CONFIG.md lists them, generated from this module.
 
@@ -40,6 +41,13 @@ class DetectorConfig:
     """Raises ``min_magnitude`` to this multiple of the series' own point-to-point noise."""
     min_effect: float = 0.3
     """Floor on the absolute Cliff's delta between the two regimes."""
+    tail_points: int = 2
+    """Fewest newest points a provisional change in the tail of a series needs
+    (``kernelwatch detect``); 0 reports settled changes only. One point is never enough
+    without an A/B to check it: an interference outlier looks the same."""
+    tail_z: float = 3.0
+    """How many noise sigmas every point of a provisional tail must lie beyond the level
+    of the points before it."""
     lower_is_better: bool = True
     """Whether the values are times (lower is better) or rates. A property of the series,
     not a threshold: the file cannot set it."""
@@ -57,6 +65,11 @@ class DetectorConfig:
         _require(
             0.0 <= self.min_effect <= 1.0, f"min_effect must be in [0, 1], got {self.min_effect}"
         )
+        _require(
+            self.tail_points == 0 or 2 <= self.tail_points < self.min_size,
+            f"tail_points must be 0 or in [2, min_size), got {self.tail_points}",
+        )
+        _require(self.tail_z > 0.0, f"tail_z must be above 0, got {self.tail_z}")
 
 
 @dataclass(frozen=True)
@@ -118,12 +131,66 @@ class StaticThresholds:
         )
 
 
+@dataclass(frozen=True)
+class SuspicionThresholds:
+    """The nightly's suspicion test (``analysis/suspicion.py``): tonight's point of each series
+    against the median and noise of its recent nights. A suspect is only checked, by an A/B
+    of the previous nightly head against tonight's; a false suspect costs device time, never
+    an alert."""
+
+    z: float = 4.0
+    """How many noise sigmas the newest point(s) must lie from the recent nights' median."""
+    min_change: float = 0.02
+    """Relative change of the level below which nothing is suspected."""
+    min_history: int = 4
+    """Nights of the current regime (after the series' last change) a test needs."""
+    history: int = 30
+    """Most recent nights the regime's median and noise are taken from."""
+    max_tail: int = 3
+    """Most newest nights tested together: a change suspected but not yet confirmed (over
+    budget, or ambiguous) stays suspected this many nights, against the nights before it."""
+
+    def __post_init__(self) -> None:
+        _require(self.z > 0.0, f"z must be above 0, got {self.z}")
+        _require(self.min_change >= 0.0, f"min_change must be at least 0, got {self.min_change}")
+        _require(self.min_history >= 2, f"min_history must be at least 2, got {self.min_history}")
+        _require(
+            self.history >= self.min_history,
+            f"history must be at least min_history ({self.min_history}), got {self.history}",
+        )
+        _require(self.max_tail >= 1, f"max_tail must be at least 1, got {self.max_tail}")
+
+
+@dataclass(frozen=True)
+class ConfirmBudget:
+    """What the nightly may spend confirming its suspects the same night (``[confirm]``; the
+    suspicion thresholds in the same table can be set per kernel). The most severe suspects
+    go first; the rest are listed as unconfirmed in the nightly's summary and report."""
+
+    budget_s: float = 600.0
+    """Device seconds a night may spend on A/B confirmations; a confirmation whose expected
+    cost (twice tonight's timing of its cases) would take the total past it is not started."""
+    max_suspects: int = 20
+    """Most timing suspects confirmed a night."""
+    max_rounds: int = 2
+    """A/B rounds of one suspect (each later round with twice the samples) before an
+    AMBIGUOUS one is left to the change-point history."""
+
+    def __post_init__(self) -> None:
+        _require(self.budget_s >= 0.0, f"budget_s must be at least 0, got {self.budget_s}")
+        _require(
+            self.max_suspects >= 0, f"max_suspects must be at least 0, got {self.max_suspects}"
+        )
+        _require(self.max_rounds >= 1, f"max_rounds must be at least 1, got {self.max_rounds}")
+
+
 #: The sections of :class:`Thresholds` and their records, in the file's order.
 SECTIONS: dict[str, type] = {
     "detection": DetectorConfig,
     "verdict": VerdictConfig,
     "bisect": BisectThresholds,
     "static": StaticThresholds,
+    "confirm": SuspicionThresholds,
 }
 
 
@@ -154,6 +221,7 @@ class Thresholds:
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
     bisect: BisectThresholds = field(default_factory=BisectThresholds)
     static: StaticThresholds = field(default_factory=StaticThresholds)
+    confirm: SuspicionThresholds = field(default_factory=SuspicionThresholds)
     overrides: tuple[KernelOverride, ...] = ()
 
     def __post_init__(self) -> None:

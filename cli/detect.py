@@ -1,4 +1,5 @@
-"""``kernelwatch detect FILE.jsonl``: change points in series given as JSON lines.
+"""``kernelwatch detect FILE.jsonl``: change points in series given as JSON lines, with a
+change in the newest points reported as soon as it is clear (``"provisional": true``).
 
 Each line is one series: ``{"id": ..., "y": [numbers], "t"?: [...], "rev"?: [...],
 "lower_is_better"?: bool, "kernel"?: str}``, ``y`` in commit order (times by default, so
@@ -65,7 +66,9 @@ def detect_command(
 ) -> None:
     """Find change points in each series: where the level moved, which way, by how much.
 
-    A series shorter than two regimes is reported as too_short, not as unchanged. The
+    A change in the newest points is reported as soon as it is clear, marked provisional
+    until enough points follow it for the scan to settle it. A series shorter than two
+    regimes is reported as too_short, not as unchanged. The
     thresholds are kernelwatch.toml's [detection] (per kernel: [[thresholds]]). Exit 0, or 1
     with --fail-on-regression when a regression was found; 2 on bad input.
     """
@@ -76,7 +79,7 @@ def detect_command(
         bar = bar_ui.add_task("detecting", total=len(series))
         for s in series:
             config = s.config(thresholds)
-            results.append(SeriesResult(s, config, detect(s.y, config)))
+            results.append(SeriesResult(s, config, detect(s.y, config, provisional=True)))
             bar_ui.update(bar, advance=1)
     if json_out:
         for result in results:
@@ -159,6 +162,7 @@ def _to_json(result: SeriesResult) -> dict[str, Any]:
             "direction": cp.direction,
             "magnitude_pct": round(cp.magnitude_pct, 4),
             "p_value": cp.p_value,
+            "provisional": cp.provisional,
         }
         if s.rev is not None:
             point["rev"] = s.rev[cp.index]
@@ -187,15 +191,14 @@ def _print_table(results: list[SeriesResult]) -> None:
         else:
             status = Text("no change", style="green") if not found.change_points else "changed"
             noise = f"{found.noise_pct:.2f}%"
-        lines = []
-        for cp in found.change_points:
-            style = "bold red" if cp.direction == "regression" else "green"
-            at = f"{cp.index}" + (f" ({s.rev[cp.index]})" if s.rev is not None else "")
-            lines.append(
-                Text.assemble(
-                    (cp.direction, style),
-                    f" at {at}: {cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})",
-                )
+        lines = Text("\n").join(
+            Text.assemble(
+                (cp.direction, "bold red" if cp.direction == "regression" else "green"),
+                f" at {cp.index}" + (f" ({s.rev[cp.index]})" if s.rev is not None else ""),
+                f": {cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})",
+                (" provisional", "yellow") if cp.provisional else "",
             )
-        table.add_row(str(s.id), str(found.n), noise, status, Text("\n").join(lines) or "-")
+            for cp in found.change_points
+        )
+        table.add_row(str(s.id), str(found.n), noise, status, lines or "-")
     out.print(table)

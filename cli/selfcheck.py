@@ -79,9 +79,8 @@ def selfcheck(
         style = _STATUS_STYLE[finding.status]
         stderr.print(
             Text.assemble((f"{finding.status.upper():10}", style), f" {finding.question}: "),
-            end="",
+            Text(finding.line),
         )
-        stderr.print(finding.line, markup=False, highlight=False)
     stderr.print(f"selfcheck: wrote {outcome.folder}", markup=False, highlight=False)
     if not outcome.settled:
         raise typer.Exit(1)

@@ -1,6 +1,6 @@
 """The one configuration file, ``kernelwatch.toml``: the store, tracked repositories, GPU
 pools and their schedules, bench budgets, the decision thresholds (with per-kernel
-overrides), bisection, notifications.
+overrides), bisection, the nightly's confirmation budget, notifications.
 
 :func:`load` reads the file (the one ``KERNELWATCH_CONFIG`` names, default
 ``./kernelwatch.toml``) once and parses every table; the environment overrides the
@@ -22,7 +22,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kernelwatch.analysis.bisect_search import BisectConfig
-from kernelwatch.analysis.thresholds import SECTIONS, Thresholds
+from kernelwatch.analysis.thresholds import SECTIONS, ConfirmBudget, Thresholds
 from kernelwatch.config.database import DatabaseSettings, StoreConfig, store_config
 from kernelwatch.config.tables import ConfigError, list_of_tables, record, settable, table
 from kernelwatch.config.threshold_tables import KEYS, parse_thresholds
@@ -140,6 +140,7 @@ class Config:
     run: RunSettings = field(default_factory=RunSettings)
     thresholds: Thresholds = field(default_factory=Thresholds)
     bisect: BisectSettings = field(default_factory=BisectSettings)
+    confirm: ConfirmBudget = field(default_factory=ConfirmBudget)
     notifications: Notifications = field(default_factory=Notifications)
 
     def repository(self, name: str | None) -> RepositoryConfig:
@@ -213,16 +214,21 @@ def parse(data: Mapping[str, Any], file: Path | None) -> Config:
                 f"{where}: [[repositories]] {repo.name}: pools {', '.join(unknown)} are not "
                 "defined under [pools]"
             )
-    bisect = table(data, "bisect", where)
-    flow_keys, rule_keys = settable(BisectSettings), KEYS["bisect"]
-    for key in bisect:
-        if key not in (*flow_keys, *rule_keys):
-            raise ConfigError(
-                f"{where}: [bisect]: unknown key {key!r}; known: "
-                f"{', '.join((*flow_keys, *rule_keys))}"
-            )
     sections = {name: table(data, name, where) for name in SECTIONS}
-    sections["bisect"] = {k: v for k, v in bisect.items() if k in rule_keys}
+    # [bisect] and [confirm] hold how the flow runs beside thresholds (per kernel): split.
+    flow_tables = {}
+    for name, cls in (("bisect", BisectSettings), ("confirm", ConfirmBudget)):
+        flow_keys, rule_keys = settable(cls), KEYS[name]
+        for key in sections[name]:
+            if key not in (*flow_keys, *rule_keys):
+                raise ConfigError(
+                    f"{where}: [{name}]: unknown key {key!r}; known: "
+                    f"{', '.join((*flow_keys, *rule_keys))}"
+                )
+        flow_tables[name] = record(
+            cls, {k: v for k, v in sections[name].items() if k in flow_keys}, f"[{name}]", where
+        )
+        sections[name] = {k: v for k, v in sections[name].items() if k in rule_keys}
     return Config(
         path=file,
         repositories=repositories,
@@ -233,9 +239,8 @@ def parse(data: Mapping[str, Any], file: Path | None) -> Config:
         bench=record(BenchOptions, table(data, "bench", where), "[bench]", where, BENCH_KEYS),
         run=record(RunSettings, table(data, "run", where), "[run]", where),
         thresholds=parse_thresholds(sections, data.get("thresholds", []), where),
-        bisect=record(
-            BisectSettings, {k: v for k, v in bisect.items() if k in flow_keys}, "[bisect]", where
-        ),
+        bisect=flow_tables["bisect"],
+        confirm=flow_tables["confirm"],
         notifications=record(
             Notifications, table(data, "notifications", where), "[notifications]", where
         ),

@@ -1,5 +1,6 @@
 """The decision thresholds of ``kernelwatch.toml``: the defaults in ``[detection]``,
-``[verdict]``, ``[bisect]`` (its ``bad_fraction``) and ``[static]``, and the per-kernel
+``[verdict]``, ``[bisect]`` (its ``bad_fraction``), ``[static]`` and ``[confirm]`` (its
+suspicion keys), and the per-kernel
 overrides in ``[[thresholds]]`` blocks, read into ``analysis.thresholds.Thresholds``."""
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def parse_thresholds(
     sections: Mapping[str, Mapping[str, Any]], blocks: Any, file: Path
 ) -> Thresholds:
     """The thresholds from the default tables (``sections``: section name -> its table, the
-    ``[bisect]`` one holding only the threshold keys) and the ``[[thresholds]]`` array."""
+    ``[bisect]`` and ``[confirm]`` ones holding only their threshold keys) and the
+    ``[[thresholds]]`` array."""
     defaults = {
         name: record(cls, sections.get(name, {}), f"[{name}]", file, KEYS[name])
         for name, cls in SECTIONS.items()

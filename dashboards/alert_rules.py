@@ -52,7 +52,7 @@ RULES = (
         "kw-regression-new",
         "New untriaged regression",
         """
-SELECT regression_id::text AS regression_id, repository, title,
+SELECT regression_id::text AS regression_id, repository, kind, opened_by, title,
   coalesce(kernels, '') AS kernels, coalesce(device_models, '') AS gpus, 1 AS untriaged
 FROM report_triage_board
 WHERE state = 'untriaged'
@@ -61,7 +61,8 @@ WHERE state = 'untriaged'
         window_s=600,
         severity="warning",
         kind="regression",
-        summary="{{ $labels.title }} ({{ $labels.kernels }} on {{ $labels.gpus }})",
+        summary="{{ $labels.kind }} regression: {{ $labels.title }} ({{ $labels.kernels }} "
+        "on {{ $labels.gpus }}; opened by {{ $labels.opened_by }})",
     ),
     RuleSpec(
         "kw-regression-stale",

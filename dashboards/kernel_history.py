@@ -105,6 +105,17 @@ WHERE ({_SERIES} OR regression_id IN (
         )
         .annotation(
             common.sql_annotation(
+                "Checked the same night",
+                f"""
+SELECT point_at AS "time", summary AS text, 'suspect,' || outcome AS tags
+FROM report_night_suspects
+WHERE {_SERIES} AND $__timeFilter(point_at)
+""",
+                "orange",
+            )
+        )
+        .annotation(
+            common.sql_annotation(
                 "Method changes and baseline resets",
                 f"""
 SELECT at AS "time", text, kind AS tags

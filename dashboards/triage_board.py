@@ -1,6 +1,8 @@
-"""Triage board: regressions by state, each on one line with what moved where, its commit
-range and culprit, how far bisection got and the last triage event; bisection steps and the
-triage history under it. Triage itself is done with `kernelwatch regressions`."""
+"""Triage board: regressions by state, each on one line with its kind (timing, correctness,
+static), what opened it, what moved where, its commit range and culprit, how far bisection
+got and the last triage event; what the nightlies suspected and how their same-night A/B
+judged it, bisection steps and the triage history under it. Triage itself is done with
+`kernelwatch regressions`."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def dashboard() -> sdk.Dashboard:
             UID,
             "kernelwatch: triage board",
             "Regressions by triage state (open ones whatever their age, closed ones opened "
-            "in the time range), bisection steps and triage history.",
+            "in the time range), the nightlies' suspects and their same-night verdicts, "
+            "bisection steps and triage history.",
             since="90d",
         )
         .with_variable(common.repository_variable())
@@ -45,7 +48,7 @@ ORDER BY state
             common.table_panel(
                 "Regressions",
                 """
-SELECT regression_id, title, state, cause, magnitude, kernels, device_models,
+SELECT regression_id, kind, opened_by, title, state, cause, magnitude, kernels, device_models,
   change_points, worst_change, good_sha, bad_sha, culprit_sha, bisect_steps, last_verdict,
   assignee, bug_url, age_days, last_event_at, last_actor, last_note
 FROM report_triage_board
@@ -59,6 +62,20 @@ ORDER BY open DESC, created_at DESC
             .override_by_name("magnitude", [common.unit("percentunit")])
             .override_by_name("worst_change", [common.unit("percentunit")])
             .override_by_name("age_days", [common.unit("d")])
+        )
+        .with_panel(
+            common.table_panel(
+                "Suspected at night, and what the same-night A/B said",
+                """
+SELECT night, kind, outcome, kernel, case_label, dtype, device_model, verdict, ratio, ci_low,
+  ci_high, samples, gpu_seconds, regression_id, base_sha, head_sha, suspicion, note
+FROM report_night_suspects
+WHERE repository = '$repository' AND $__timeFilter(night)
+ORDER BY night DESC, severity DESC NULLS LAST
+""",
+                w=24,
+                h=9,
+            )
         )
         .with_panel(
             common.table_panel(

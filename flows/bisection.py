@@ -4,8 +4,10 @@ interleaved A/B verdicts (``analysis/bisect_search.py`` decides; this flow measu
 Each probe times the probed commit interleaved against the known-good one on this device
 (``tasks.ab``), so the verdict is immune to drift between nights; every probe's samples are
 stored as ``bisect`` runs, every step in ``bisect_steps``, and the culprit goes back to the
-regression. Nightly detection starts it for each regression it opens; ``kernelwatch bisect``
-runs it by hand.
+regression. A correctness regression is bisected with the correctness check as the probe
+(``bisect_checks``): a commit is bad when a case failing tonight fails there. The nightly
+starts it for each timing or correctness regression it opens; ``kernelwatch bisect`` runs it
+by hand.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
-from kernelwatch.analysis.bisect_search import BisectConfig, BisectOutcome, Probe
+from kernelwatch.analysis.bisect_search import BisectConfig, BisectOutcome, Probe, bisect_checks
 from kernelwatch.analysis.bisect_search import bisect as search
 from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.verdict import ABVerdict, compare_measurements
@@ -30,6 +33,7 @@ from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.worktree import RevisionError, checkout
 from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
+from kernelwatch.store.suspects import regression_cases
 from kernelwatch.store.triage_state import show_regression
 
 #: A case as a regression names it: kernel, canonical parameters, dtype.
@@ -121,8 +125,9 @@ def bisect(
     config.pool(pool)
     cases: set[CaseKey] | None = None
     selection: tuple[str, ...] | None = kernels or None
+    kind = "timing"
     if regression_id is not None:
-        good, bad, cases = _regression_target(regression_id, good, bad)
+        good, bad, cases, kind = _regression_target(regression_id, good, bad)
         selection = kernels or tuple(sorted({k for k, _, _ in cases}))
     if good is None or bad is None:
         raise RevisionError("a bisection needs a good and a bad revision")
@@ -133,38 +138,18 @@ def bisect(
             f"{len(commits) - 1} commits between {good} and {bad}: more than [bisect] "
             f"max_commits = {config.bisect.max_commits}"
         )
-    infos = {sha: commit_info(path, sha, repo.branch) for sha in commits}
-    context = pipeline.RunContext("bisect", repo.name, pool, tasks.flow_run_id())
-    timeout = config.run.case_timeout_s
-    devices: list[DeviceInfo] = []
-    series: dict[str, str] = {}
-    kernel_of: dict[str, str] = {}
-
-    with checkout(path, commits[0]) as good_tree:
-
-        def probe(commit: str, round_: int) -> Probe:
-            started = pipeline.now()
-            with checkout(path, commit) as tree:
-                pairs = tasks.ab(
-                    repo, good_tree.path, tree.path, selection, more_samples(config.bench, round_),
-                    timeout,
-                )  # fmt: skip
-            _store(context, infos, commits[0], commit, pairs, started)
-            devices.extend(p.device for p in pairs[:1])
-            for pair in pairs:
-                key = series_key(repo.name, pair.case, pair.device.name, pair.method)
-                series[case_label(pair.case)] = key
-                kernel_of[case_label(pair.case)] = pair.case.kernel
-            return probe_result(pairs, cases, config.thresholds)
-
-        outcome = search(
-            commits,
-            probe,
-            config.bisect.budget_s,
-            BisectConfig(max_rounds=config.bisect.max_rounds),
-            lambda label: config.thresholds.for_kernel(kernel_of[label]).bisect,
-        )
-    if devices:
+    job = _Job(
+        config=config,
+        repo=repo,
+        path=path,
+        commits=commits,
+        selection=selection,
+        cases=cases,
+        context=pipeline.RunContext("bisect", repo.name, pool, tasks.flow_run_id()),
+        infos={sha: commit_info(path, sha, repo.branch) for sha in commits},
+    )
+    outcome = _search_checks(job) if kind == "correctness" else _search_ab(job)
+    if job.devices:
         with tasks.store_connection() as conn:
             record_bisection(
                 conn,
@@ -172,20 +157,101 @@ def bisect(
                 bisect_id=str(uuid.uuid4()),
                 repository=repo.name,
                 regression_id=regression_id,
-                device=devices[0],
-                series=series,
-                commits=infos,
+                device=job.devices[0],
+                series=job.series,
+                commits=job.infos,
             )
-    return _summary(repo.name, regression_id, outcome, infos)
+    return _summary(repo.name, regression_id, outcome, job.infos)
+
+
+@dataclass
+class _Job:
+    """One bisection's range and selection, and what its probes saw: the device and each
+    case's series key (empty for a correctness probe, which is no series)."""
+
+    config: configuration.Config
+    repo: configuration.RepositoryConfig
+    path: Path
+    commits: Sequence[str]
+    selection: tuple[str, ...] | None
+    cases: set[CaseKey] | None
+    context: pipeline.RunContext
+    infos: Mapping[str, CommitInfo]
+    devices: list[DeviceInfo] = field(default_factory=list)
+    series: dict[str, str] = field(default_factory=dict)
+
+
+def _search_ab(job: _Job) -> BisectOutcome:
+    """Each probe timed interleaved against the good end, stored as ``bisect`` runs."""
+    config, repo, commits = job.config, job.repo, job.commits
+    timeout = config.run.case_timeout_s
+    kernel_of: dict[str, str] = {}
+    with checkout(job.path, commits[0]) as good_tree:
+
+        def probe(commit: str, round_: int) -> Probe:
+            started = pipeline.now()
+            with checkout(job.path, commit) as tree:
+                pairs = tasks.ab(
+                    repo, good_tree.path, tree.path, job.selection,
+                    more_samples(config.bench, round_), timeout,
+                )  # fmt: skip
+            _store(job.context, job.infos, commits[0], commit, pairs, started)
+            job.devices.extend(p.device for p in pairs[:1])
+            for pair in pairs:
+                key = series_key(repo.name, pair.case, pair.device.name, pair.method)
+                job.series[case_label(pair.case)] = key
+                kernel_of[case_label(pair.case)] = pair.case.kernel
+            return probe_result(pairs, job.cases, config.thresholds)
+
+        return search(
+            commits,
+            probe,
+            config.bisect.budget_s,
+            BisectConfig(max_rounds=config.bisect.max_rounds),
+            lambda label: config.thresholds.for_kernel(kernel_of[label]).bisect,
+        )
+
+
+def _search_checks(job: _Job) -> BisectOutcome:
+    """Each probe the correctness check of the regression's kernels, stored as ``bisect``
+    runs; the probe's cost is the check's time."""
+
+    def check(commit: str, round_: int) -> Probe:
+        started = pipeline.now()
+        with checkout(job.path, commit) as tree:
+            checks = tasks.check(
+                job.repo, tree.path, job.config.run.case_timeout_s, job.selection or ()
+            )
+        run = pipeline.assemble(job.context, job.infos[commit], checks, started)
+        if run is not None:
+            tasks.store(run)
+        job.devices.extend(c.device for c in checks[:1])
+        found = {}
+        for c in checks:
+            if job.cases is None or case_key(c.case) in job.cases:
+                found[case_label(c.case)] = c.verdict
+                job.series[case_label(c.case)] = ""
+        return Probe({}, sum(c.duration_s for c in checks), checks=found)
+
+    return bisect_checks(job.commits, check, job.config.bisect.budget_s)
 
 
 def _regression_target(
     regression_id: int, good: str | None, bad: str | None
-) -> tuple[str | None, str | None, set[CaseKey]]:
+) -> tuple[str | None, str | None, set[CaseKey], str]:
+    """The stored regression's range, cases and kind: a timing regression's cases are its
+    change points' series; a correctness regression's the cases that started failing."""
     with tasks.store_connection() as conn:
         row = show_regression(conn, regression_id)
-    cases = {case_key(cp) for cp in row["change_point_list"] if cp.get("direction") == "regression"}
-    return good or row.get("good_sha"), bad or row.get("bad_sha"), cases
+        if row["kind"] == "correctness":
+            cases = regression_cases(conn, regression_id, "correctness")
+        else:
+            cases = {
+                case_key(cp)
+                for cp in row["change_point_list"]
+                if cp.get("direction") == "regression"
+            }
+    return good or row.get("good_sha"), bad or row.get("bad_sha"), cases, row["kind"]
 
 
 def _store(

@@ -122,7 +122,7 @@ def detect_and_alert(
         return PassReport(0, 0, 0, (), ())
     with conn.transaction(), conn.cursor() as cur:
         histories = load_histories(conn, repo_id)
-        stored = stored_change_points(cur, repo_id, DETECTOR)
+        stored = stored_change_points(cur, repo_id)
         decided = plan(histories, stored, open_members(cur, repo_id), thresholds)
         ids = insert_change_points(cur, DETECTOR, [f.point for f in decided.found])
         opened = [

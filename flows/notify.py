@@ -20,7 +20,9 @@ from kernelwatch.config.settings import Notifications
 
 @dataclass(frozen=True)
 class RegressionNotice:
-    """What a message says about one new regression."""
+    """What a message says about one new regression: ``kind`` is timing, correctness or
+    static; ``opened_by`` change_point (the history net) or confirmation (the night it
+    landed)."""
 
     regression_id: int
     repository: str
@@ -30,6 +32,8 @@ class RegressionNotice:
     bad: str | None
     culprit: str | None
     report: str | None
+    kind: str = "timing"
+    opened_by: str = "change_point"
 
 
 def slack_text(notice: RegressionNotice) -> str:
@@ -41,8 +45,9 @@ def slack_text(notice: RegressionNotice) -> str:
         else f"between `{(notice.good or '?')[:12]}` and `{(notice.bad or '?')[:12]}`"
     )
     report = f"\nreport: {notice.report}" if notice.report else ""
+    kind = "" if notice.kind == "timing" else f" ({notice.kind})"
     return (
-        f":rotating_light: *{notice.repository}* regression #{notice.regression_id}: "
+        f":rotating_light: *{notice.repository}* regression #{notice.regression_id}{kind}: "
         f"{notice.title}{size}, {where}{report}"
     )
 

@@ -41,6 +41,8 @@ def regression_notices(ids: Sequence[int], report: Path | None) -> list[Regressi
                 RegressionNotice(
                     regression_id=regression_id,
                     repository=row["repository"],
+                    kind=row["kind"],
+                    opened_by=row["opened_by"],
                     title=row["title"],
                     magnitude_pct=100 * magnitude if magnitude is not None else None,
                     good=row.get("good_sha"),

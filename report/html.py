@@ -41,6 +41,7 @@ from kernelwatch.store.report_queries import (
     run_header,
     run_measurements,
 )
+from kernelwatch.store.suspects import run_suspects
 from kernelwatch.store.triage_state import show_regression
 
 #: History shown before a regression's earliest change point.
@@ -81,7 +82,8 @@ def write_nightly_report(
     *,
     sources: Mapping[str, Source] | None = None,
 ) -> Path:
-    """The nightly report of a repository: its latest nightly run on each device, and every
+    """The nightly report of a repository: its latest nightly run on each device with what
+    that night suspected and how each suspect was confirmed (or left unconfirmed), and every
     open regression with its worst series' history (change point and bisection culprit
     marked). :class:`RunNotFound` when no nightly run of the repository is stored."""
     headers = latest_runs(conn, repository, "nightly")
@@ -101,6 +103,7 @@ def write_nightly_report(
         title=f"kernelwatch nightly: {repository}",
         repository=repository,
         runs=runs,
+        suspects={h.run_id: run_suspects(conn, h.run_id) for h in headers},
         regressions=_regressions(conn, open_ids),
     )
     return _write(out_dir, f"nightly-{_slug(repository)}.html", page)

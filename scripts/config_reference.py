@@ -52,7 +52,10 @@ culprit range, the tail trimming; docs/DETECTION.md). Who reads which thresholds
 - `[bisect] bad_fraction`, whether a probed commit carries the regression: the `bisect` flow
   (`kernelwatch bisect`, and the nightly's automatic bisections);
 - `[static]`, static regressions between two builds: `pr_check`, `kernelwatch build-diff`
-  (whose `--max-instruction-growth` replaces it for every kernel);
+  (whose `--max-instruction-growth` replaces it for every kernel), the nightly against the
+  previous nightly head;
+- `[confirm]`, the nightly's suspicion test of tonight's points (its thresholds) and what it
+  may spend confirming suspects by A/B the same night (its budget);
 - `[[thresholds]]`: any of these, for the kernels a block names.
 
 An example:
@@ -126,6 +129,10 @@ TABLES: dict[str, Table] = {
         ((settings.BisectSettings, None), (thresholds.BisectThresholds, KEYS["bisect"])),
     ),
     "static": Table("[static]", ((thresholds.StaticThresholds, KEYS["static"]),)),
+    "confirm": Table(
+        "[confirm]",
+        ((thresholds.ConfirmBudget, None), (thresholds.SuspicionThresholds, KEYS["confirm"])),
+    ),
     "thresholds": Table("[[thresholds]]", ()),
     "notifications": Table("[notifications]", ((settings.Notifications, None),)),
 }

@@ -10,6 +10,13 @@ time spent inside its own calls. Every detector is first tuned on series drawn f
 at its documented defaults and at its tuned setting. A detection matches a planted change
 within +-3 points (one to one). Prints a Markdown table; ``--json`` also writes the details.
 
+``--delay`` measures instead how soon each detector reports a step once it has landed: on
+60-point histories with 1 % multiplicative noise and interference outliers (no autotune
+flips, no throttling bursts), a step of 5x and of 10x the noise after point 50, each
+detector run on every prefix that ends 1..10 points after the step (ours with its
+provisional tail, and with settled changes only; the anchors at their tuned settings of the
+main evaluation), and the share of unchanged 60-point series with any detection.
+
 Setting up the anchors (outside the repository):
 
     python3.11 -m venv DIR/otava && DIR/otava/bin/pip install apache-otava==0.8.0
@@ -31,8 +38,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kernelwatch.analysis.changepoints import DetectorConfig, detect
-from kernelwatch.analysis.synthetic import SyntheticSeries, make_dataset
+from kernelwatch.analysis.synthetic import NoiseModel, SyntheticSeries, make_dataset, make_series
 
 TOLERANCE = 3
 CHUNK = 50
@@ -119,14 +128,16 @@ def score(data: Sequence[SyntheticSeries], detections: Sequence[Sequence[int]]) 
     return Scores(precision, recall, f1, alarms / unchanged if unchanged else 0.0, tp, fp, fn)
 
 
-def run_ours(params: Params, series: list[list[float]]) -> tuple[list[list[int]], float]:
+def run_ours(
+    params: Params, series: list[list[float]], provisional: bool = False
+) -> tuple[list[list[int]], float]:
     """Our detector in this process, timed the way the workers time the anchors."""
     config = DetectorConfig(**params)
     detections = []
     seconds = 0.0
     for y in series:
         start = time.perf_counter()
-        found = detect(y, config)
+        found = detect(y, config, provisional=provisional)
         seconds += time.perf_counter() - start
         detections.append([cp.index for cp in found.change_points])
     return detections, seconds
@@ -198,6 +209,94 @@ def evaluate(
     }
 
 
+#: The delay measurement: points before the step, most points after it, step sizes in
+#: multiples of the noise, the noise, and the noise model (no flips or bursts).
+DELAY_BEFORE, DELAY_AFTER, DELAY_SIZES, DELAY_NOISE = 50, 10, (5, 10), 0.01
+DELAY_MODEL = NoiseModel(flip_series_fraction=0.0, burst_rate=0.0)
+#: The anchors' tuned settings of the main evaluation (docs/BENCHMARKS.md, seed 1).
+TUNED: dict[str, Params] = {
+    "otava": {"window_len": 50, "max_pvalue": 1e-8, "min_magnitude": 0.0},
+    "mongo": {"pvalue": 0.005, "permutations": 200},
+    "ruptures": {"model": "rbf", "pen": 10, "jump": 1},
+}
+
+
+def delay_series(seed: int, count: int) -> tuple[list[tuple[int, list[float]]], list[list[float]]]:
+    """``count`` stepped series per step size (size, 60 points; up and down alternately)
+    and ``2 * count`` unchanged 60-point series."""
+    rng = np.random.default_rng(seed)
+    n = DELAY_BEFORE + DELAY_AFTER
+    stepped = []
+    for size in DELAY_SIZES:
+        for i in range(count):
+            y = make_series(rng, n, 0, DELAY_MODEL, jitter=DELAY_NOISE, bursts=False).y.copy()
+            y[DELAY_BEFORE:] *= np.exp((1 if i % 2 == 0 else -1) * size * DELAY_NOISE)
+            stepped.append((size, y.tolist()))
+    flat = [
+        make_series(rng, n, 0, DELAY_MODEL, jitter=DELAY_NOISE, bursts=False).y.tolist()
+        for _ in range(2 * count)
+    ]
+    return stepped, flat
+
+
+def delay(
+    runner: Runner, params: Params, stepped: list[tuple[int, list[float]]], flat: list[list[float]]
+) -> tuple[dict[int, list[float]], float, float]:
+    """Per step size, the share of series whose step is reported (within +-TOLERANCE of it)
+    with at most d points after it, d = 1..DELAY_AFTER; the false-alarm share on ``flat``;
+    ms per call."""
+    prefixes = [y[: DELAY_BEFORE + d] for _, y in stepped for d in range(1, DELAY_AFTER + 1)]
+    found, seconds = runner(params, prefixes + flat)
+    reported: dict[int, list[float]] = {size: [0.0] * DELAY_AFTER for size in DELAY_SIZES}
+    per_size = {size: sum(s == size for s, _ in stepped) for size in DELAY_SIZES}
+    for k, (size, _) in enumerate(stepped):
+        hits = [
+            any(abs(i - DELAY_BEFORE) <= TOLERANCE for i in found[k * DELAY_AFTER + d])
+            for d in range(DELAY_AFTER)
+        ]
+        first = next((d for d, hit in enumerate(hits) if hit), None)
+        if first is not None:
+            for d in range(first, DELAY_AFTER):
+                reported[size][d] += 1.0 / per_size[size]
+    alarms = sum(bool(f) for f in found[len(prefixes) :]) / len(flat)
+    return reported, alarms, 1000.0 * seconds / len(prefixes + flat)
+
+
+def main_delay(args: argparse.Namespace) -> None:
+    """The delay table: ours (provisional tail, and settled only) and each anchor whose
+    virtual environment exists."""
+    stepped, flat = delay_series(args.seed, args.series)
+    entries: dict[str, tuple[Runner, Params]] = {
+        "kernelwatch (provisional tail)": (lambda p, s: run_ours(p, s, provisional=True), {}),
+        "kernelwatch (settled only)": (run_ours, {}),
+    }
+    workers = []
+    for name, params in TUNED.items():
+        if (args.anchors / name / "bin" / "python").exists():
+            workers.append(Worker(name, args.anchors))
+            entries[f"{name} tuned"] = (workers[-1], params)
+        else:
+            print(f"note: no {args.anchors / name}; {name} left out", file=sys.stderr)
+    print(
+        f"{len(stepped)} stepped series ({args.series} per size, up and down alternately) and "
+        f"{len(flat)} unchanged ones, {DELAY_BEFORE + DELAY_AFTER} points, "
+        f"{DELAY_NOISE:.0%} noise with interference outliers (seed {args.seed}); reported = a "
+        f"change within +-{TOLERANCE} points of the step\n"
+    )
+    head = " | ".join(f"{k}x noise, <= {d} after" for k in DELAY_SIZES for d in (1, 2, 3, 4, 10))
+    print(f"| detector | setting | {head} | false alarms (60 points) | ms / call |")
+    print("|---|---|" + "---|" * (5 * len(DELAY_SIZES) + 2))
+    for label, (runner, params) in entries.items():
+        reported, alarms, ms = delay(runner, params, stepped, flat)
+        cells = " | ".join(
+            f"{reported[k][d - 1]:.1%}" for k in DELAY_SIZES for d in (1, 2, 3, 4, 10)
+        )
+        shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
+        print(f"| {label} | {shown} | {cells} | {alarms:.1%} | {ms:.2f} |")
+    for worker in workers:
+        worker.close()
+
+
 def main() -> None:
     """Tune, evaluate, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -208,7 +307,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2, help="seed of the evaluation set")
     parser.add_argument("--tune-seed", type=int, default=1, help="seed of the tuning set")
     parser.add_argument("--json", type=Path, help="also write the details here")
+    parser.add_argument(
+        "--delay", action="store_true", help="measure how soon a step is reported instead"
+    )
     args = parser.parse_args()
+    if args.delay:
+        main_delay(args)
+        return
     if args.seed == args.tune_seed:
         sys.exit("error: tune on another seed than you evaluate on (--tune-seed != --seed)")
 

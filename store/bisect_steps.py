@@ -10,7 +10,7 @@ from uuid import UUID
 
 import psycopg
 
-from kernelwatch.analysis.bisect_search import BisectOutcome, Step
+from kernelwatch.analysis.bisect_search import FAILING, BisectOutcome, Step
 from kernelwatch.harness.records import CommitInfo, DeviceInfo
 from kernelwatch.store.triage_state import TriageNotFound
 
@@ -85,8 +85,8 @@ def record_bisection(
 
 
 def _cases(step: Step) -> list[str]:
-    """The cases one probe reported, measured or not, in a stable order."""
-    return sorted({*step.verdicts, *step.errors})
+    """The cases one probe reported, measured, checked or not, in a stable order."""
+    return sorted({*step.verdicts, *step.errors, *step.checks})
 
 
 def _row(step: Step, case: str) -> tuple[object, ...]:
@@ -96,6 +96,10 @@ def _row(step: Step, case: str) -> tuple[object, ...]:
     note = f"round {step.round}: commit judged {step.judgement}"
     if case in step.errors:
         return ("ERROR", None, None, None, 0, share, f"{note}; {step.errors[case]}")
+    if case in step.checks:
+        verdict = step.checks[case]
+        name = "FAIL" if verdict in FAILING else "PASS"
+        return (name, None, None, None, 0, share, f"{note}; correctness check: {verdict}")
     v = step.verdicts[case]
     return (v.verdict, v.ratio, v.ci_low, v.ci_high, v.n_a + v.n_b, share, f"{note}; {v.reason}")
 

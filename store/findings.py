@@ -31,14 +31,19 @@ class NewChangePoint:
 
 @dataclass(frozen=True)
 class NewRegression:
-    """An alert to open: its change points and the commit range the culprit lies in."""
+    """An alert to open: its change points and the commit range the culprit lies in;
+    ``kind`` (timing, correctness, static), what opened it (``change_point`` or the same
+    night's ``confirmation``) and the note of its first triage event."""
 
     title: str
     cause: str
-    magnitude: float
+    magnitude: float | None
     good_commit_id: int | None
     bad_commit_id: int | None
     change_point_ids: tuple[int, ...]
+    kind: str = "timing"
+    opened_by: str = "change_point"
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,17 +57,17 @@ class OpenMember:
     rel_change: float
 
 
-def stored_change_points(
-    cur: psycopg.Cursor, repository_id: int, detector: str
-) -> dict[int, set[int]]:
-    """Measurement ids of the change points already stored, per series."""
+def stored_change_points(cur: psycopg.Cursor, repository_id: int) -> dict[int, set[int]]:
+    """Measurement ids of the change points already stored, per series, whichever detector
+    stored them (a change the same night's A/B confirmed is the same change when the
+    history net locates it later)."""
     found: dict[int, set[int]] = {}
     rows = cur.execute(
         """
         SELECT cp.series_id, cp.measurement_id FROM change_points cp
             JOIN series s ON s.id = cp.series_id JOIN kernels k ON k.id = s.kernel_id
-        WHERE k.repository_id = %s AND cp.detector = %s""",
-        (repository_id, detector),
+        WHERE k.repository_id = %s""",
+        (repository_id,),
     )
     for series_id, measurement_id in rows:
         found.setdefault(series_id, set()).add(measurement_id)
@@ -107,8 +112,8 @@ def open_regression(
     row = cur.execute(
         """
         INSERT INTO regressions (repository_id, title, cause, magnitude, good_commit_id,
-            bad_commit_id)
-        VALUES (%s, %s, %s, %s, %s, %s) RETURNING id""",
+            bad_commit_id, kind, opened_by)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id""",
         (
             repository_id,
             regression.title,
@@ -116,6 +121,8 @@ def open_regression(
             regression.magnitude,
             regression.good_commit_id,
             regression.bad_commit_id,
+            regression.kind,
+            regression.opened_by,
         ),
     ).fetchone()
     regression_id = row[0]
@@ -129,7 +136,8 @@ def open_regression(
         (
             regression_id,
             actor,
-            f"opened by detection over {len(regression.change_point_ids)} series",
+            regression.note
+            or f"opened by detection over {len(regression.change_point_ids)} series",
         ),
     )
     return regression_id

@@ -20,6 +20,7 @@ class StoredRun:
     samples (what ``kernelwatch.analysis.confirm.SampledRun`` reads)."""
 
     measurement_id: int
+    run_pk: int
     commit_id: int | None
     commit_sha: str | None
     measured_at: datetime
@@ -28,6 +29,7 @@ class StoredRun:
     samples_ns: tuple[float, ...]
     throttled: tuple[bool, ...]
     sm_clock_mhz: tuple[float, ...]
+    duration_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,8 @@ WITH resets AS (
     GROUP BY s.id
 )
 SELECT s.id, s.key, k.name, s.params, s.dtype, s.device_model,
-    m.id, run.commit_id, c.sha, m.measured_at, cfg.label, m.status,
-    rs.samples_ns, rs.throttled::text, rs.sm_clock_mhz
+    m.id, run.id, run.commit_id, c.sha, m.measured_at, cfg.label, m.status,
+    rs.samples_ns, rs.throttled::text, rs.sm_clock_mhz, m.duration_s
 FROM series s
     JOIN kernels k ON k.id = s.kernel_id
     LEFT JOIN resets r ON r.series_id = s.id
@@ -103,14 +105,16 @@ def load_histories(
         runs.append(
             StoredRun(
                 measurement_id=row[6],
-                commit_id=row[7],
-                commit_sha=row[8],
-                measured_at=row[9],
-                config=row[10],
-                status=row[11],
-                samples_ns=tuple(row[12] or ()),
-                throttled=tuple(bit == "1" for bit in row[13] or ""),
-                sm_clock_mhz=tuple(float(c) for c in row[14] or ()),
+                run_pk=row[7],
+                commit_id=row[8],
+                commit_sha=row[9],
+                measured_at=row[10],
+                config=row[11],
+                status=row[12],
+                samples_ns=tuple(row[13] or ()),
+                throttled=tuple(bit == "1" for bit in row[14] or ""),
+                sm_clock_mhz=tuple(float(c) for c in row[15] or ()),
+                duration_s=row[16],
             )
         )
     if head is not None:

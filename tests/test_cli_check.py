@@ -107,6 +107,7 @@ def test_table_lists_unsupported_reason_once(kernelwatch_cli):
     assert "unsupported" in proc.stdout
     assert proc.stdout.count("Triton's CPU interpreter computes bf16") == 1
     assert "check: 8 pass, 0 fail, 0 error, 4 unsupported (12 cases)" in proc.stderr
+    assert "[green]" not in proc.stdout and "[/" not in proc.stdout  # styled, not raw markup
 
 
 def test_suite_that_crashes_at_import_exits_2(kernelwatch_cli, tmp_path):

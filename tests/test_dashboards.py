@@ -34,6 +34,7 @@ from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
+from kernelwatch.store.suspects import SuspectRow, insert_suspects
 from kernelwatch.store.synthetic_fleet import (
     METHOD,
     MODELS,
@@ -144,6 +145,30 @@ def _bisect(conn: psycopg.Connection, regression_id: int, planted_key: str) -> N
     )  # fmt: skip
 
 
+def _checked_noise(conn: psycopg.Connection, planted_key: str) -> None:
+    """The planted series' latest point, suspected by its nightly and found to be noise by
+    the same night's A/B, as the same-night pass records it."""
+    series_id, measurement_id, run_pk, repository_id, commit_id, kernel = conn.execute(
+        """SELECT s.id, m.id, r.id, r.repository_id, r.commit_id, k.name
+        FROM series s JOIN kernels k ON k.id = s.kernel_id
+            JOIN measurements m ON m.series_id = s.id AND m.history
+            JOIN runs r ON r.id = m.run_id
+        WHERE s.key = %s ORDER BY m.measured_at DESC LIMIT 1""",
+        (planted_key,),
+    ).fetchone()
+    row = SuspectRow(
+        run_pk=run_pk, repository_id=repository_id, kind="timing", kernel=kernel,
+        case_label="planted", dtype="fp16", head_commit_id=commit_id,
+        base_commit_id=commit_id, series_id=series_id, measurement_id=measurement_id,
+        severity=0.2, suspicion="+22.1% against the median of 30 nights (5.2 sigma)",
+        verdict="SAME", ratio=1.001, ci_low=0.995, ci_high=1.006, p_value=0.6, samples=60,
+        rounds=1, gpu_seconds=2.5, outcome="checked_noise",
+    )  # fmt: skip
+    with conn.transaction(), conn.cursor() as cur:
+        insert_suspects(cur, conn.execute("SELECT suite FROM runs WHERE id = %s", (run_pk,))
+                        .fetchone()[0], [row])  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def seeded(pg_server):
     """One database with the seeded history, shared by this module's read-only tests."""
@@ -165,6 +190,7 @@ def seeded(pg_server):
             (planted_key,),
         ).fetchone()[0]
         _bisect(conn, regression_id, planted_key)
+        _checked_noise(conn, planted_key)
         # Older regressions, some still untriaged, as earlier detection passes left them.
         add_regressions(conn, 20, seed=1, back=12)
     reader = url.replace("postgres@", "kernelwatch_reader@", 1)

@@ -36,15 +36,30 @@ def test_json_reports_each_series(kernelwatch_cli, series_file):
     assert change["direction"] == "regression"
     assert change["magnitude_pct"] == pytest.approx(6, abs=1.5)
     assert change["p_value"] < DetectorConfig().alpha
-    assert change["rev"] == f"c{change['index']}"
+    assert change["rev"] == f"c{change['index']}" and change["provisional"] is False
     assert flat["status"] == "ok" and flat["change_points"] == []
     assert tiny["status"] == "too_short" and tiny["change_points"] == []
+
+
+def test_a_step_in_the_newest_points_is_reported_provisional_at_once(kernelwatch_cli, tmp_path):
+    y = make_series(np.random.default_rng(2), 52, 0, jitter=0.01).y
+    y[50:] *= 1.1  # 10x the noise, two points ago
+    path = tmp_path / "fresh.jsonl"
+    path.write_text(json.dumps({"id": "fresh", "y": y.tolist()}) + "\n")
+    result = kernelwatch_cli("detect", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    [change] = json.loads(result.stdout)["change_points"]
+    assert change["index"] == 50 and change["direction"] == "regression"
+    assert change["provisional"] is True
+    table = kernelwatch_cli("detect", str(path))
+    assert "provisional" in table.stdout
 
 
 def test_table_and_fail_on_regression(kernelwatch_cli, series_file):
     result = kernelwatch_cli("detect", str(series_file), "--fail-on-regression")
     assert result.returncode == 1
     assert "regression at" in result.stdout
+    assert "[/" not in result.stdout  # styled, not raw markup
     assert "too short" in result.stdout
     assert "1 regressions" in result.stderr
 

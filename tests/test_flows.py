@@ -1,8 +1,12 @@
 """The Prefect flows end to end on the CPU: Prefect's test harness, a real PostgreSQL, real
 git histories, real Triton kernels in the interpreter.
 
-- nightly over a history with a planted regression finds it, and the bisection it starts
-  names the planted commit;
+- nightly over a short history: an interference outlier on one night (the code unchanged) is
+  suspected, checked by A/B (SAME) and kept as checked noise; the planted 3x slowdown on the
+  last night is confirmed by A/B that same night, opens one regression, is bisected to the
+  planted commit and announced once;
+- a kernel that starts failing its check opens a correctness regression the same night,
+  bisected with the check as the probe;
 - pr_check says 1 on a regressing head and 0 on an unchanged one;
 - a commit whose kernels crash, hang or return NaN leaves a completed run with those kernels
   failed and every other result stored.
@@ -10,12 +14,15 @@ git histories, real Triton kernels in the interpreter.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import psycopg
 import pytest
-from gitrepo import repository_of
+from gitrepo import git, repository_of
+from webhooks import webhook_recorder
 
+from kernelwatch.flows import tasks
 from kernelwatch.flows.bisection import bisect
 from kernelwatch.flows.demo_repo import make_demo_repo
 from kernelwatch.flows.nightly import nightly
@@ -23,12 +30,20 @@ from kernelwatch.flows.prcheck import pr_check
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
-NIGHTS = 22
-CULPRIT_NIGHT = 12
+# Four clean nights make the regime the suspicion test needs ([confirm] min_history); the
+# fifth is disturbed by interference, the sixth brings the culprit.
+NIGHTS = 6
+INTERFERENCE_NIGHT = 4
+CULPRIT_NIGHT = 5
 
 
 def _config(
-    repo: Path, suite: str, kernels: list[str], reports: Path, archs: str = "sm_90a"
+    repo: Path,
+    suite: str,
+    kernels: list[str],
+    reports: Path,
+    archs: str = "sm_90a",
+    extra: str = "",
 ) -> str:
     names = ", ".join(f'"{k}"' for k in kernels)
     return f"""
@@ -45,13 +60,18 @@ archs = [{", ".join(f'"{a}"' for a in archs.split())}]
 baseline = false
 budget_s = 0.3
 
-# 22 nights cannot reach the fleet's default alpha (a rank test on 12 vs 10 points bottoms out
-# near 1e-4); docs/FLOWS.md gives the short-history settings' miss and false-alarm rates.
-[detection]
-alpha = 1e-3
-
+# The interpreter's timings wander by a few percent, and by 20-30% between the sides of an
+# A/B of the same code when other jobs load the 2 cores (measured: 0.93 and 1.19); the
+# planted regression is ~3x.
 [verdict]
-margin = 0.1
+margin = 0.5
+
+# The interpreter's night-to-night noise under other jobs' load reaches tens of percent,
+# where the fleet's z = 4 would miss a 3x step judged against four nights: suspect anything
+# 50% off its nights' median (a false suspect only costs an A/B).
+[confirm]
+z = 1.5
+min_change = 0.5
 
 [bisect]
 budget_s = 60
@@ -59,7 +79,7 @@ budget_s = 60
 [run]
 case_timeout_s = 60
 report_dir = "{reports}"
-"""
+{extra}"""
 
 
 @pytest.fixture(scope="module")
@@ -73,17 +93,25 @@ def database(pg_server):
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, database):
-    """A demo history (two commits a night; the culprit is the first of its night) and two
-    configurations timing only the kernel the culprit slows down: the nightly one skips
-    the build stage (22 nights of it would only cost time), the PR one builds for sm_90a."""
+def webhook():
+    """A local webhook the nightly configuration announces to: its URL and what it got."""
+    with webhook_recorder() as recorded:
+        yield recorded
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, database, webhook):
+    """A demo history (two commits a night; the culprit is the first of the last night) and
+    two configurations timing only the kernel the culprit slows down: the nightly one skips
+    the build stage and announces to the webhook, the PR one builds for sm_90a."""
     root = tmp_path_factory.mktemp("demo")
     made = make_demo_repo(
         root / "repo", nights=NIGHTS, commits_per_night=2, culprit_night=CULPRIT_NIGHT
     )
     nightly_config, pr_config = root / "nightly.toml", root / "pr.toml"
     kernels = [made.culprit_kernel]
-    nightly_config.write_text(_config(made.path, made.suite, kernels, root / "reports", ""))
+    hook = f'[notifications]\nwebhooks = ["{webhook[0]}/hook"]\n'
+    nightly_config.write_text(_config(made.path, made.suite, kernels, root / "reports", "", hook))
     pr_config.write_text(_config(made.path, made.suite, kernels, root / "reports"))
     return made, nightly_config, pr_config
 
@@ -101,23 +129,89 @@ def environment(monkeypatch, tmp_path_factory, database):
     return use
 
 
-def test_nightly_finds_the_planted_regression_and_bisection_names_the_commit(
-    demo, environment, database
-):
+def _interfered(bench, factor: float):
+    """``tasks.bench`` on a GPU another tenant is using: every sample ``factor`` slower.
+    Only the nightly's own timing sees it; the A/B that checks it runs afterwards, alone."""
+
+    def slowed(*args, **kwargs):
+        return [
+            dataclasses.replace(
+                m,
+                samples_ns=tuple(factor * s for s in m.samples_ns),
+                summary=dataclasses.replace(
+                    m.summary,
+                    **{
+                        f.name: factor * getattr(m.summary, f.name)
+                        for f in dataclasses.fields(m.summary)
+                        if f.name.endswith("_ns")
+                    },
+                ),
+            )
+            if m.summary is not None
+            else m
+            for m in bench(*args, **kwargs)
+        ]
+
+    return slowed
+
+
+@pytest.fixture(scope="module")
+def nights(demo, database):
+    """Every night of the demo history through the nightly flow, oldest first, the
+    interference night's own timing slowed 5x as a busy GPU would."""
     made, config, _ = demo
-    environment(config)
-    summaries = [nightly(repository="demo", rev=sha) for _, sha in made.nights]
-    assert all(s.commit.status == "ok" for s in summaries), [s.commit for s in summaries]
-    opened = [(i, s.opened) for i, s in enumerate(summaries) if s.opened]
+    summaries = []
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KERNELWATCH_DATABASE_URL", database)
+        env.setenv("KERNELWATCH_CONFIG", str(config))
+        for night, (_, sha) in enumerate(made.nights):
+            with pytest.MonkeyPatch.context() as busy:
+                if night == INTERFERENCE_NIGHT:
+                    busy.setattr(tasks, "bench", _interfered(tasks.bench, 5.0))
+                summaries.append(nightly(repository="demo", rev=sha))
+    return summaries
+
+
+def test_an_interference_outlier_is_checked_by_ab_and_kept_as_noise(nights, database):
+    disturbed = nights[INTERFERENCE_NIGHT]
+    assert disturbed.commit.status == "ok" and disturbed.opened == ()
+    (suspect,) = disturbed.night.suspects
+    assert suspect.kind == "timing" and suspect.outcome == "checked_noise", suspect
+    assert "within" in suspect.note  # the A/B interval lies within the margin
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT verdict, ratio, regression_id, series_key, measurement_id "
+            "FROM report_night_suspects WHERE outcome = 'checked_noise'"
+        ).fetchone()
+        on_chart = conn.execute(
+            "SELECT count(*) FROM report_history_points WHERE series_key = %s "
+            "AND measurement_id = %s",
+            (row[3], row[4]),
+        ).fetchone()[0]
+    assert row[0] == "SAME" and 0.5 < row[1] < 1.5 and row[2] is None  # within the margin
+    assert on_chart == 1  # the checked point is a point of the series' history chart
+
+
+def test_a_slowdown_on_the_last_night_is_confirmed_bisected_and_announced_that_night(
+    demo, nights, database, webhook
+):
+    made, _, _ = demo
+    assert all(s.commit.status == "ok" for s in nights), [s.commit for s in nights]
+    opened = [(i, s.opened) for i, s in enumerate(nights) if s.opened]
     assert len(opened) == 1 and len(opened[0][1]) == 1, opened
     night, (regression_id,) = opened[0]
-    assert night >= CULPRIT_NIGHT
-    (bisection,) = summaries[night].bisections
+    assert night == CULPRIT_NIGHT  # the night it landed
+    (bisection,) = nights[night].bisections
     assert bisection.regression_id == regression_id
     assert bisection.status == "found" and bisection.culprit == made.culprit, bisection
     with psycopg.connect(database) as conn:
-        good, bad, culprit = conn.execute(
-            "SELECT good_sha, bad_sha, culprit_sha FROM report_regressions "
+        good, bad, culprit, kind, opened_by = conn.execute(
+            "SELECT good_sha, bad_sha, culprit_sha, kind, opened_by FROM report_regressions "
+            "WHERE regression_id = %s",
+            (regression_id,),
+        ).fetchone()
+        verdict = conn.execute(
+            "SELECT verdict, ratio, ci_low, outcome FROM report_night_suspects "
             "WHERE regression_id = %s",
             (regression_id,),
         ).fetchone()
@@ -127,13 +221,65 @@ def test_nightly_finds_the_planted_regression_and_bisection_names_the_commit(
             (regression_id,),
         ).fetchone()
         triggers = dict(conn.execute("SELECT trigger, count(*) FROM runs GROUP BY 1").fetchall())
+    assert (kind, opened_by) == ("timing", "confirmation")
+    assert verdict[0] == "SLOWER" and verdict[2] > 2.0 and verdict[3] == "regression", verdict
     assert culprit == made.culprit
-    order = [c.sha for c in made.commits]
-    assert order.index(good) < order.index(made.culprit) <= order.index(bad)
+    assert (good, bad) == (made.nights[night - 1][1], made.nights[night][1])
     assert steps[0] >= 2 and steps[1] >= 2  # the range's end re-verified, then the middle
     assert triggers["nightly"] == NIGHTS and triggers["bisect"] >= 4
-    assert summaries[night].report is not None and Path(summaries[night].report).is_file()
-    assert made.culprit[:12] in summaries[night].markdown()
+    assert nights[night].report is not None
+    report = Path(nights[night].report).read_text()
+    assert "Suspected this night" in report and "SLOWER" in report
+    assert made.culprit[:12] in nights[night].markdown()
+    _, received = webhook
+    (announced,) = [r for _, body in received for r in body["regressions"]]
+    assert announced["regression_id"] == regression_id and announced["culprit"] == made.culprit
+
+
+def test_a_kernel_that_starts_failing_opens_a_correctness_regression_that_night(
+    tmp_path, environment, database, planted_suite_path
+):
+    repo = tmp_path / "kernels"
+    first = repository_of(repo, {"suite.py": planted_suite_path}, "planted kernels")
+    suite = repo / "suite.py"
+    suite.write_text(
+        suite.read_text().replace(
+            '_spec("good", lambda t, o, p, cfg: launch_scale(t["x"], o["y"], 2.0))',
+            '_spec("good", lambda t, o, p, cfg: launch_scale(t["x"], o["y"], 2.01))',
+        )
+    )
+    git(repo, "commit", "-qam", "good: scale by 2.01")
+    culprit = git(repo, "rev-parse", "HEAD")
+    (repo / "NOTES.md").write_text("notes\n")
+    git(repo, "add", "NOTES.md")
+    git(repo, "commit", "-qm", "notes")
+    config = tmp_path / "kernelwatch.toml"
+    config.write_text(
+        _config(repo, "suite.py", ["good"], tmp_path / "reports", "").replace(
+            'name = "demo"', 'name = "breaks"'
+        )
+    )
+    environment(config)
+    assert nightly(repository="breaks", rev=first).opened == ()
+    tonight = nightly(repository="breaks")
+    assert tonight.commit.status == "partial"
+    (regression_id,) = tonight.opened
+    (bisection,) = tonight.bisections
+    assert bisection.status == "found" and bisection.culprit == culprit, bisection
+    with psycopg.connect(database) as conn:
+        kind, title, found = conn.execute(
+            "SELECT kind, title, culprit_sha FROM report_regressions WHERE regression_id = %s",
+            (regression_id,),
+        ).fetchone()
+        verdicts = [
+            r[0]
+            for r in conn.execute(
+                "SELECT verdict FROM bisect_steps WHERE regression_id = %s ORDER BY step",
+                (regression_id,),
+            )
+        ]
+    assert kind == "correctness" and "good: fails its correctness check" in title
+    assert found == culprit and verdicts == ["FAIL", "FAIL"]
 
 
 def test_bisect_by_hand_without_a_regression(demo, environment):
