@@ -27,6 +27,7 @@ from kernelwatch.cli import (
 from kernelwatch.cli.app import app
 from kernelwatch.cli.console import stderr
 from kernelwatch.cli.signals import Terminated, end_children_on_signals
+from kernelwatch.harness.sandbox import SandboxError
 
 #: In the order ``kernelwatch --help`` lists them.
 COMMAND_MODULES = (
@@ -70,6 +71,10 @@ def main() -> None:
         app()
     except Terminated as stop:
         raise SystemExit(128 + stop.signum) from None
+    except SandboxError as exc:
+        # The host cannot isolate kernel code as configured: nothing ran, nothing to keep.
+        stderr.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None
     except ModuleNotFoundError as exc:
         top = (exc.name or "").partition(".")[0]
         if top not in OPTIONAL_PACKAGES:

@@ -6,10 +6,18 @@ opened, so the socket directory's permissions are the access control), ``server.
 ``lock`` (serialises concurrent starts). PostgreSQL refuses to run as root, so as root the
 server runs as an unprivileged user (``postgres`` where it exists, else a ``kernelwatch``
 system user that is created) who owns the directory.
+
+The directory may be named by anyone who sets ``KERNELWATCH_PG_DIR``, so kernelwatch deletes
+and re-owns only what it created: a directory it made or found empty carries a marker file
+(an earlier kernelwatch's directory, with nothing but its layout, is adopted); anything else
+is refused, as are symbolic links anywhere in the layout and a directory owned by another
+user. Before ``initdb`` replaces a half-made cluster, a server still answering on the
+socket is ruled out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import importlib.util
@@ -17,6 +25,8 @@ import os
 import pwd
 import re
 import shutil
+import socket
+import stat
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +44,10 @@ PORT = 5432
 # Unix socket paths are limited to 107 bytes (sun_path).
 _SOCKET_PATH_MAX = 107
 _START_TIMEOUT_S = 60
+#: Written into a directory kernelwatch made (or found empty): the only kind it will change.
+MARKER = ".kernelwatch-embedded"
+#: Every name kernelwatch puts in its directory.
+_LAYOUT = ("data", "run", "server.log", "lock", "command.log", MARKER)
 # Local, single-tenant server: fewer checkpoints during bulk ingest; everything else default.
 _SETTINGS = {
     "listen_addresses": "''",
@@ -75,6 +89,10 @@ class EmbeddedServer:
     def log_file(self) -> Path:
         return self.root / "server.log"
 
+    @property
+    def socket_file(self) -> Path:
+        return self.socket_dir / f".s.PGSQL.{PORT}"
+
     def url(self, database: str = DATABASE) -> str:
         """The libpq URL of ``database`` on this server (Unix socket, trust authentication)."""
         return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={PORT}"
@@ -82,10 +100,9 @@ class EmbeddedServer:
     def ensure_running(self) -> ServerState:
         """Create the cluster if missing, start it if stopped, and create the ``kernelwatch``
         database. Returns whether this call started the server."""
-        socket = self.socket_dir / f".s.PGSQL.{PORT}"
-        if len(str(socket)) > _SOCKET_PATH_MAX:
+        if len(str(self.socket_file)) > _SOCKET_PATH_MAX:
             raise EmbeddedError(
-                f"the socket path {socket} is longer than {_SOCKET_PATH_MAX} bytes; "
+                f"the socket path {self.socket_file} is longer than {_SOCKET_PATH_MAX} bytes; "
                 f"set KERNELWATCH_PG_DIR to a shorter directory"
             )
         bin_dir = find_bin_dir()
@@ -93,6 +110,7 @@ class EmbeddedServer:
         self._prepare_root(user)
         with self._lock():
             if not (self.data_dir / "PG_VERSION").exists():
+                self._refuse_live_server()
                 self._initdb(bin_dir, user)
             started = False
             if not self.is_running():
@@ -122,7 +140,7 @@ class EmbeddedServer:
             return False
         except PermissionError:
             pass  # alive, owned by the server user
-        return (self.socket_dir / f".s.PGSQL.{PORT}").exists()
+        return self.socket_file.exists()
 
     def pid(self) -> int | None:
         """The postmaster's pid from ``postmaster.pid``, or None when there is none."""
@@ -146,34 +164,85 @@ class EmbeddedServer:
         return True
 
     def _prepare_root(self, user: str | None) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        if user is None:
-            os.chmod(self.root, 0o700)
+        entry = pwd.getpwnam(user) if user is not None else None
+        self._claim(entry.pw_uid if entry else os.geteuid())
+        if entry is None:
+            _own(self.root, None)
             return
-        entry = pwd.getpwnam(user)
+        self.socket_dir.mkdir(exist_ok=True)
         for path in (self.root, self.socket_dir):
-            path.mkdir(exist_ok=True)
-            os.chown(path, entry.pw_uid, entry.pw_gid)
-            os.chmod(path, 0o700)
+            _own(path, entry)
         probe = subprocess.run(["test", "-w", str(self.root)], user=user, check=False)
         if probe.returncode != 0:
             raise EmbeddedError(
                 f"PostgreSQL runs as user {user}, who cannot reach {self.root} (a parent "
-                f"directory is private); set KERNELWATCH_PG_DIR to a directory such as "
-                f"/var/lib/kernelwatch/pg or one under /tmp"
+                f"directory is private); set KERNELWATCH_PG_DIR to a directory every parent "
+                f"of which {user} may search and only root may write, such as "
+                f"/var/lib/kernelwatch/pg"
             )
+
+    def _claim(self, server_uid: int) -> None:
+        """Make ``root`` kernelwatch's, or refuse: it is created, or adopted when empty (or
+        holding an earlier kernelwatch's layout only), and must be a real directory owned by
+        this user or the server's, with no symbolic link among the names kernelwatch uses."""
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            self.root.mkdir(mode=0o700)
+        info = os.lstat(self.root)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise EmbeddedError(
+                f"{self.root} is a symbolic link or not a directory; the embedded server "
+                f"follows no links: set KERNELWATCH_PG_DIR to a real directory"
+            )
+        if info.st_uid not in {os.geteuid(), server_uid}:
+            raise EmbeddedError(
+                f"{self.root} belongs to user {_user_name(info.st_uid)}, not to this user or "
+                f"the server's; set KERNELWATCH_PG_DIR to a directory of your own"
+            )
+        for name in _LAYOUT:
+            if (self.root / name).is_symlink():
+                raise EmbeddedError(
+                    f"{self.root / name} is a symbolic link; the embedded server follows no "
+                    f"links: remove it"
+                )
+        if (self.root / MARKER).is_file():
+            return
+        names = set(os.listdir(self.root))
+        earlier = names <= set(_LAYOUT) and (self.data_dir / "PG_VERSION").is_file()
+        if names and not earlier:
+            raise EmbeddedError(
+                f"{self.root} holds files kernelwatch did not create (it has no {MARKER}); "
+                f"set KERNELWATCH_PG_DIR to a new or empty directory"
+            )
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.root / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
-        with open(self.root / "lock", "a") as handle:
+        with os.fdopen(_open_private(self.root / "lock", os.O_APPEND), "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
+    def _refuse_live_server(self) -> None:
+        """A server still answering on the socket (its ``data/`` moved or half-deleted
+        under it) must be stopped by a person, not overwritten by a new cluster."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(2)
+            try:
+                probe.connect(str(self.socket_file))
+            except OSError:
+                return
+        raise EmbeddedError(
+            f"a server answers on {self.socket_file} but {self.data_dir} holds no cluster; "
+            f"stop that server before kernelwatch makes a new one there"
+        )
+
     def _initdb(self, bin_dir: Path, user: str | None) -> None:
         # A half-made data directory from an interrupted initdb would make initdb refuse.
+        # The directory is kernelwatch's (_claim) and no server uses it.
         if self.data_dir.exists():
             shutil.rmtree(self.data_dir)
         self._run(
@@ -196,6 +265,8 @@ class EmbeddedServer:
 
     def _start(self, bin_dir: Path, user: str | None) -> None:
         self.socket_dir.mkdir(mode=0o700, exist_ok=True)
+        # pg_ctl appends to the log: what this start wrote begins at the current end.
+        written = self.log_file.lstat().st_size if self.log_file.exists() else 0
         try:
             self._run(
                 [
@@ -212,7 +283,9 @@ class EmbeddedServer:
                 user,
             )
         except EmbeddedError as exc:
-            raise EmbeddedError(f"{exc}; the server log is {self.log_file}") from exc
+            raise EmbeddedError(
+                f"{exc}; the server log {self.log_file} ends: {_last_line(self.log_file, written)}"
+            ) from exc
 
     def _create_database(self) -> None:
         with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
@@ -224,7 +297,7 @@ class EmbeddedServer:
         # pg_ctl start leaves the postmaster holding inherited pipes, so its output goes to
         # a file, never to a pipe this process would wait on.
         out = self.root / "command.log"
-        with open(out, "w") as sink:
+        with os.fdopen(_open_private(out, os.O_TRUNC), "w") as sink:
             result = subprocess.run(
                 argv,
                 stdout=sink,
@@ -235,8 +308,43 @@ class EmbeddedServer:
                 check=False,
             )
         if result.returncode != 0:
-            tail = out.read_text().strip().splitlines()[-1:] or ["no output"]
-            raise EmbeddedError(f"{Path(argv[0]).name} failed in {self.root}: {tail[0]}")
+            raise EmbeddedError(f"{Path(argv[0]).name} failed in {self.root}: {_last_line(out)}")
+
+
+def _open_private(path: Path, mode: int) -> int:
+    """A descriptor on ``path`` for writing, created 0600; never through a symbolic link."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | mode, 0o600)
+
+
+def _own(path: Path, entry: pwd.struct_passwd | None) -> None:
+    """``path`` (a directory, never followed through a link) private to ``entry``, or to
+    this user when None."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if entry is not None:
+            os.fchown(fd, entry.pw_uid, entry.pw_gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _last_line(path: Path, offset: int = 0) -> str:
+    """The last non-empty line written to a log from ``offset`` on, for an error message."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        return f"(no log: {exc.strerror})"
+    with os.fdopen(fd, "rb") as handle:
+        handle.seek(offset)
+        lines = handle.read().decode(errors="replace").strip().splitlines()
+    return lines[-1].strip()[:500] if lines else "(nothing written)"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def find_bin_dir() -> Path:

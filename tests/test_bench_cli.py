@@ -4,6 +4,7 @@ kernels through the interpreter, planted crashes and hangs."""
 from __future__ import annotations
 
 import json
+import re
 
 from kernelwatch.harness.records import Measurement
 from kernelwatch.harness.timing.pinning import load_pins, pinned_config
@@ -106,6 +107,9 @@ def test_selfcheck_runs_every_stage_in_child_processes_and_reports_each(kernelwa
         *("--out", str(tmp_path), *_FAST),
     )
     assert proc.returncode == 1, proc.stderr  # do_bench and NVML need a GPU: not settled
+    # Each finding's status is coloured, not printed as markup (issue 17: markup off).
+    assert re.search(r"^(PASS|FAIL|INCOMPLETE|SKIPPED) ", proc.stderr, re.MULTILINE)
+    assert not re.search(r"\[/?(bold red|green|yellow|dim)\]", proc.stderr)
     (folder,) = tmp_path.iterdir()
     report = json.loads((folder / "selfcheck.json").read_text())
     assert list(report["stages"]) == ["measurements", "correctness", "aa", "ncu"]

@@ -1,15 +1,18 @@
-"""The fleet path, in miniature: a real ``prefect server`` on loopback, ``kernelwatch deploy``
-onto a process work pool, one worker run once, and the nightly flow run completing with its
-run stored under the flow run's id."""
+"""The fleet path, in miniature: a real ``prefect server`` on loopback with basic
+authentication on (as infra/compose.yaml runs it), ``kernelwatch deploy`` onto a process work
+pool, one worker run once, and the nightly flow run completing with its run stored under the
+flow run's id."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -18,6 +21,8 @@ import pytest
 from gitrepo import repository_of
 
 BIN = Path(sys.executable).parent
+#: The server's basic-auth credentials (Prefect's server.api.auth_string / api.auth_string).
+AUTH = "kernelwatch:fleet-test-password"
 
 
 def _free_port() -> int:
@@ -26,11 +31,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _api(url: str, path: str, body: dict | None = None) -> dict:
+def _api(url: str, path: str, body: dict | None = None, auth: str | None = AUTH) -> dict:
+    headers = {"Content-Type": "application/json"}
+    if auth is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
     request = urllib.request.Request(
         url + path,
         data=json.dumps(body).encode() if body is not None else None,
-        headers={"Content-Type": "application/json"},
+        headers=headers,
         method="POST" if body is not None else "GET",
     )
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -45,6 +53,8 @@ def prefect_server(tmp_path):
         **os.environ,
         "PREFECT_HOME": str(tmp_path / "prefect-home"),
         "PREFECT_API_URL": api,
+        "PREFECT_SERVER_API_AUTH_STRING": AUTH,
+        "PREFECT_API_AUTH_STRING": AUTH,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
     }
@@ -58,7 +68,7 @@ def prefect_server(tmp_path):
     deadline = time.monotonic() + 120
     while True:
         try:
-            _api(api, "/health")
+            _api(api, "/health", auth=None)  # health answers without credentials
             break
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
@@ -79,6 +89,9 @@ def test_a_deployed_nightly_runs_on_a_process_worker(
     prefect_server, tmp_path, store_url, planted_suite_path
 ):
     api, env = prefect_server
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _api(api, "/deployments/filter", {}, auth=None)
+    assert refused.value.code == 401
     repo = tmp_path / "kernels"
     repository_of(repo, {"suite.py": planted_suite_path}, "one kernel")
     config = tmp_path / "kernelwatch.toml"

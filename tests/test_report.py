@@ -195,7 +195,7 @@ HOSTILE = (
     "![pixel](https://evil.example/p.png)",
     "<img src=x onerror=alert(1)>",
     "https://evil.example/autolink",
-    "``fence`` breaker` ",
+    "``fence`` @breaker` [x](https://evil.example/f)",
     "see #1 and GH-2",
 )
 

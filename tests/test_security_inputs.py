@@ -3,11 +3,17 @@ kernels or users is printed as text, never as Rich markup (issue 17, findings 10
 
 from __future__ import annotations
 
+import json
+import re
+
 import psycopg
 import pytest
 
 from kernelwatch.config.settings import parse
 from kernelwatch.config.tables import ConfigError
+
+#: The styles the command line colours verdicts with, as they would read if printed as text.
+STYLE_TAGS = re.compile(r"\[/?(bold red|green|yellow|red|dim)\]")
 
 
 @pytest.mark.parametrize(
@@ -59,10 +65,12 @@ def test_detect_malformed_series_file_is_one_line_exit_2(kernelwatch_cli, tmp_pa
 
 def test_detect_series_id_is_printed_as_text_not_markup(kernelwatch_cli, tmp_path):
     path = tmp_path / "series.jsonl"
-    path.write_text('{"id": "[/red][bold]x", "y": [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]}\n')
+    level = [1.0, 1.01, 1.02] * 7
+    path.write_text(json.dumps({"id": "[/red][bold]x", "y": level + [y + 1 for y in level]}))
     proc = kernelwatch_cli("detect", str(path))
     assert proc.returncode == 0, proc.stderr
-    assert "[/red][bold]x" in proc.stdout
+    assert "[/red][bold]x" in proc.stdout and "regression at 21" in proc.stdout
+    assert not STYLE_TAGS.search(proc.stdout.replace("[/red][bold]x", ""))
 
 
 def test_regression_assignee_markup_does_not_break_regressions_list(
@@ -95,3 +103,35 @@ def test_unknown_repository_and_regression_are_bad_input(
     proc = kernelwatch_cli("bisect", "--regression", "99999")
     _one_line_exit_2(proc)
     assert "no regression #99999" in proc.stderr
+
+
+MARKUP_SUITE = """
+import torch
+from kernelwatch.harness.spec import Baseline, KernelSpec, LaunchConfig, Suite
+
+def launch(t, o, p, cfg):
+    raise RuntimeError("[/red] closes nothing [bold]")
+
+def inputs(p, dtype, dev, gen):
+    return {"x": torch.randn(4, generator=gen, device=dev).to(dtype)}
+
+SUITE = Suite(name="markup", kernels=(KernelSpec(
+    name="k", summary="[/i]", launch=launch,
+    make_inputs=inputs,
+    make_outputs=lambda t, p: {"y": torch.empty_like(t["x"])},
+    reference=lambda t, p: {"y": t["x"]},
+    baseline=Baseline("copy", lambda t, p: {"y": t["x"].clone()}),
+    workloads={"smoke": ({"n": 4},)}, flops=lambda p: 4, min_bytes=lambda p, e: 8 * e,
+    dtypes=("fp32",),
+),))
+"""
+
+
+@pytest.mark.parametrize("command", ["check", "bench"])
+def test_kernel_error_text_is_printed_as_text_not_markup(kernelwatch_cli, tmp_path, command):
+    (tmp_path / "markup_suite.py").write_text(MARKUP_SUITE)
+    proc = kernelwatch_cli(command, "--suite", str(tmp_path / "markup_suite.py"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "[/red] closes nothing [bold]" in proc.stdout + proc.stderr
+    # The verdict keeps its colour without its markup showing.
+    assert not STYLE_TAGS.search(proc.stdout.replace("[/red] closes nothing [bold]", ""))

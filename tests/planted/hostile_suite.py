@@ -156,6 +156,8 @@ SUITE = Suite(
     name="hostile",
     kernels=(
         _spec("honest", _right),
+        # Before the forgers: what it sees must not depend on how they fare.
+        _spec("spy", _spy),
         _spec("stdout", _via_stdout),
         _spec("stderr", _via_stderr),
         _spec("own_fds", _via_own_fds),
@@ -163,6 +165,5 @@ SUITE = Suite(
         _spec("runner", _via_runner),
         _spec("files", _via_files),
         _spec("wrong", _wrong),
-        _spec("spy", _spy),
     ),
 )

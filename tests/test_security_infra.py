@@ -1,0 +1,330 @@
+"""Deployment hardening (issue 17: the Prefect server, worker image, deployment findings):
+infra/compose.yaml and every Kubernetes manifest under infra/k8s/ are validated by real
+validators (check-jsonschema's compose-spec schema, kubernetes-validate), and the settings
+that keep pull-request code away from secrets, privileges and the network are checked where
+they are declared, and run where this machine can run them (the init script against a real
+PostgreSQL, the secret entry point, the job's capabilities under setpriv, the worker image's
+build context through docker-py's .dockerignore matcher)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import psycopg
+import pytest
+import yaml
+from k8s_manifests import K8S, KUBERNETES, documents, job_templates, kustomizations
+
+ROOT = Path(__file__).parent.parent
+INFRA = ROOT / "infra"
+COMPOSE = INFRA / "compose.yaml"
+CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
+#: What the sandbox needs of a root worker (harness/sandbox.py, harness/jail.py): chown its
+#: directory to the sandbox user, drop to that user, end a hung child, remove what it wrote.
+SANDBOX_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
+
+
+def _compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _validate_compose(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+# --- real validators ---
+
+
+def test_compose_file_is_valid_for_the_compose_spec(tmp_path):
+    proc = _validate_compose(COMPOSE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    broken = _compose()
+    broken["services"]["grafana"]["cap_add"] = "CHOWN"  # a string where a list belongs
+    (tmp_path / "compose.yaml").write_text(yaml.safe_dump(broken))
+    assert _validate_compose(tmp_path / "compose.yaml").returncode != 0
+
+
+@pytest.mark.parametrize(("name", "manifest"), sorted(documents().items()))
+def test_every_kubernetes_manifest_is_valid_for_kubernetes(name, manifest):
+    assert kubernetes_validate.validate(manifest, KUBERNETES, strict=True)
+
+
+def test_kubernetes_validation_refuses_a_broken_manifest():
+    job = documents()[next(iter(job_templates()))]
+    job["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"runAsUser": "root"}
+    with pytest.raises(kubernetes_validate.ValidationError, match="is not of type"):
+        kubernetes_validate.validate(job, KUBERNETES, strict=True)
+
+
+def test_every_manifest_file_is_applied_by_a_kustomization():
+    listed = set()
+    for directory, kustomization in kustomizations().items():
+        for entry in kustomization.get("resources", []):
+            assert (directory / entry).is_file(), entry
+            listed.add(directory / entry)
+        for generator in kustomization.get("configMapGenerator", []):
+            for entry in generator.get("files", []):
+                assert (directory / entry).is_file(), entry
+                listed.add(directory / entry)
+    manifests = [p for p in K8S.rglob("*") if p.suffix in (".yaml", ".yml", ".json")]
+    orphans = {p for p in manifests if p.name != "kustomization.yaml"} - listed
+    assert not orphans, sorted(str(p) for p in orphans)
+
+
+# --- the Prefect server ---
+
+
+def test_prefect_server_requires_authentication_and_publishes_on_loopback_only():
+    services = _compose()["services"]
+    server = services["prefect-server"]
+    assert server["environment"]["PREFECT_SERVER_API_AUTH_STRING_FILE"] == (
+        "/run/secrets/prefect_auth_string"
+    )
+    assert "prefect_auth_string" in server["secrets"]
+    worker = services["worker-h100"]["environment"]
+    assert worker["PREFECT_API_AUTH_STRING_FILE"] == "/run/secrets/prefect_auth_string"
+    for name, doc in documents().items():
+        if doc["kind"] == "Deployment":
+            (container,) = doc["spec"]["template"]["spec"]["containers"]
+            assert "PREFECT_API_AUTH_STRING" in {e["name"] for e in container["env"]}, name
+
+
+def test_grafana_and_prefect_publish_on_loopback_only():
+    for name, service in _compose()["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+    assert _compose()["networks"]["store"]["internal"] is True
+    assert _compose()["services"]["postgres"]["networks"] == ["store"]
+
+
+# --- the worker image ---
+
+
+def test_worker_image_context_excludes_env_secrets_and_config(tmp_path):
+    from docker.utils.build import exclude_paths
+
+    ignore_files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.dockerignore"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    # One place decides what an image may hold: a Dockerfile-specific ignore file would win
+    # over it for that Dockerfile.
+    assert ignore_files == [".dockerignore"], ignore_files
+    planted = ["infra/.env", "infra/secrets/db_owner_password", "infra/config/kernelwatch.toml",
+               ".env", "harness/runner.py", "infra/docker/env-from-secrets.sh"]  # fmt: skip
+    for relative in planted:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("x")
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    context = set(exclude_paths(str(tmp_path), patterns))
+    assert {"harness/runner.py", "infra/docker/env-from-secrets.sh"} <= context
+    for secret in planted[:4]:
+        assert secret not in context, secret
+    dockerfile = (INFRA / "docker" / "Dockerfile").read_text()
+    assert "safe.directory" not in dockerfile
+
+
+# --- secrets from files ---
+
+
+def test_secrets_come_from_files_not_the_environment():
+    compose = _compose()
+    declared = compose["secrets"]
+    for name, service in compose["services"].items():
+        env = service.get("environment", {})
+        assert not re.search(r"\$\{[^}]*(PASSW|SECRET|TOKEN|WEBHOOK)", json.dumps(env)), name
+        assert not re.search(r"://[^/@\s]+:[^/@\s]+@", json.dumps(env)), name  # user:pw@
+        for variable, value in env.items():
+            if variable.endswith("_FILE"):
+                secret = value.removeprefix("/run/secrets/")
+                assert secret in declared and secret in service["secrets"], (name, variable)
+    for secret in declared.values():
+        assert secret["file"].startswith("./secrets/")
+
+
+def test_env_from_secrets_sets_each_variable_from_its_file(tmp_path):
+    script = INFRA / "docker" / "env-from-secrets.sh"
+    (tmp_path / "pw").write_text("s3cret\n")
+    base = {"PATH": os.environ["PATH"]}
+    proc = subprocess.run(
+        ["sh", str(script), "env"],
+        env={**base, "PGPASSWORD_FILE": str(tmp_path / "pw"), "GF_X__FILE": str(tmp_path / "pw")},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    env = dict(line.split("=", 1) for line in proc.stdout.splitlines())
+    assert env["PGPASSWORD"] == "s3cret" and "PGPASSWORD_FILE" not in env
+    assert env["GF_X__FILE"] == str(tmp_path / "pw")  # Grafana reads its own
+    missing = subprocess.run(
+        ["sh", str(script), "true"], env={**base, "A_FILE": str(tmp_path / "none")},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "A_FILE" in missing.stderr
+
+
+# --- the database roles of the stack ---
+
+
+def test_prefect_uses_its_own_database_role_not_the_superuser(pg_server, store_url, tmp_path):
+    server = _compose()["services"]["prefect-server"]["environment"]
+    postgres = _compose()["services"]["postgres"]["environment"]
+    assert server["PREFECT_SERVER_DATABASE_USER"] == "prefect" != postgres["POSTGRES_USER"]
+    assert server["PREFECT_SERVER_DATABASE_NAME"] == "prefect"
+    database = psycopg.conninfo.conninfo_to_dict(store_url)["dbname"]
+    files = {}
+    for name in ("reader", "writer", "prefect"):
+        files[name] = tmp_path / name
+        files[name].write_text(f"{name}-pw\n")
+    env = {
+        **os.environ,
+        "PATH": f"{_pg_bin()}:{os.environ['PATH']}",
+        "PGHOST": str(pg_server.socket_dir),
+        "POSTGRES_USER": "postgres",
+        "POSTGRES_DB": database,
+        "KERNELWATCH_READER_PASSWORD_FILE": str(files["reader"]),
+        "KERNELWATCH_WRITER_PASSWORD_FILE": str(files["writer"]),
+        "PREFECT_DB_PASSWORD_FILE": str(files["prefect"]),
+    }
+    script = INFRA / "docker" / "postgres-init.sh"
+    try:
+        for _ in range(2):  # a second run changes nothing
+            proc = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
+        with psycopg.connect(store_url) as conn:
+            role = conn.execute(
+                "SELECT rolsuper, rolcreatedb, rolcreaterole, rolcanlogin FROM pg_roles "
+                "WHERE rolname = 'prefect'"
+            ).fetchone()
+            assert role == (False, False, False, True)
+            owner = conn.execute(
+                "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'prefect'"
+            ).fetchone()
+            assert owner == ("prefect",)
+        for role, target in (("prefect", database), ("kernelwatch_writer", "prefect")):
+            with pytest.raises(psycopg.OperationalError, match="permission denied"):
+                psycopg.connect(pg_server.url(target).replace("postgres@", f"{role}@"))
+        psycopg.connect(pg_server.url("prefect").replace("postgres@", "prefect@")).close()
+    finally:
+        with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS prefect WITH (FORCE)")
+            conn.execute("DROP ROLE IF EXISTS prefect")
+
+
+def _pg_bin() -> Path:
+    from kernelwatch.store.embedded import find_bin_dir
+
+    return find_bin_dir()
+
+
+# --- privileges of the worker and the jobs ---
+
+
+def _job_pods() -> dict[str, dict]:
+    return {name: doc["spec"]["template"] for name, doc in documents().items()
+            if name in job_templates()}  # fmt: skip
+
+
+def test_worker_and_jobs_keep_only_the_sandbox_capabilities_and_never_run_kernels_as_root():
+    worker = _compose()["services"]["worker-h100"]
+    assert worker["cap_drop"] == ["ALL"] and worker["cap_add"] == SANDBOX_CAPABILITIES
+    assert "no-new-privileges:true" in worker["security_opt"]
+    assert _job_pods(), "no base job template found"
+    for name, pod in _job_pods().items():
+        spec = pod["spec"]
+        assert spec["automountServiceAccountToken"] is False, name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"], "add": SANDBOX_CAPABILITIES}
+    # The Prefect workers run no kernel code: no root, no capabilities at all.
+    deployments = [d for d in documents().values() if d["kind"] == "Deployment"]
+    assert deployments
+    for deployment in deployments:
+        spec = deployment["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["readOnlyRootFilesystem"] is True
+
+
+_SANDBOXED_CHILD = """
+import os, shutil, signal, subprocess, tempfile
+from pathlib import Path
+from kernelwatch.harness.sandbox import Sandbox, _give, sandbox_identity
+identity = sandbox_identity()
+root = Path(tempfile.mkdtemp(prefix="kw-caps-"))
+try:
+    for sub in ("home", "tmp", "triton", "suites"):
+        (root / sub).mkdir()
+    _give(root, identity)
+    box = Sandbox(root, identity, namespaces=False)
+    child = subprocess.Popen(
+        box.command(["/bin/sh", "-c", 'id -u; echo x > "$HOME/written"; exec sleep 60']),
+        env=box.env(), stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    uid = child.stdout.readline().strip()
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    assert uid == str(identity.uid), f"the child ran as uid {uid}"
+finally:
+    shutil.rmtree(root)
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"
+)
+def test_job_capabilities_are_all_the_sandbox_needs():
+    """A root worker limited to the jobs' capabilities (no mount or network namespace can
+    be made then) still puts kernel code under the sandbox user, ends it and cleans up;
+    without SETUID the child would keep root, and the run fails instead."""
+
+    def under(capabilities: list[str]) -> subprocess.CompletedProcess:
+        bounding = ",".join(["-all", *(f"+{c.lower()}" for c in capabilities)])
+        return subprocess.run(
+            ["setpriv", "--inh-caps=-all", f"--bounding-set={bounding}", "--",
+             sys.executable, "-c", _SANDBOXED_CHILD],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    granted = under(SANDBOX_CAPABILITIES)
+    assert granted.returncode == 0, granted.stderr[-2000:]
+    refused = under([c for c in SANDBOX_CAPABILITIES if c != "SETUID"])
+    assert refused.returncode != 0 and "Operation not permitted" in refused.stderr
+
+
+def test_kubernetes_jobs_reach_only_the_database_prefect_dns_and_public_https():
+    policies = [d for d in documents().values() if d["kind"] == "NetworkPolicy"]
+    (policy,) = [p for p in policies if p["metadata"]["name"] == "kernelwatch-job"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    for name, pod in _job_pods().items():
+        assert selector.items() <= pod["metadata"]["labels"].items(), name
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    assert policy["spec"]["ingress"] == []
+    ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {5432, 4200, 53, 443}
+    for rule in policy["spec"]["egress"]:
+        for peer in rule["to"]:
+            if "ipBlock" in peer:
+                # Outside the cluster only: no private range, no cloud metadata service.
+                excluded = [ipaddress.ip_network(c) for c in peer["ipBlock"]["except"]]
+                for private in ("10.1.2.3", "172.20.0.1", "192.168.1.1", "169.254.169.254"):
+                    assert any(ipaddress.ip_address(private) in n for n in excluded), private
+                assert {p["port"] for p in rule["ports"]} == {443}

@@ -1,0 +1,139 @@
+"""The pull-request workflow runs a fork only at the commit a maintainer approved, pins its
+actions by SHA and hands secrets only to the steps that talk to Prefect (issue 17: the
+workflow finding). The gate's decision (infra/github/pr_gate.py) is run as the workflow runs
+it, on payloads shaped as GitHub sends them (tests/github/: a ``labeled`` event of a fork's
+pull request, and ``gh api --paginate`` output of its reviews, two pages)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).parent.parent
+WORKFLOW = ROOT / "infra" / "github" / "workflows" / "pr-check.yml"
+GATE = ROOT / "infra" / "github" / "pr_gate.py"
+PAYLOADS = Path(__file__).parent / "github"
+LABELLED = "2" * 40  # the fork's head when the maintainer applied the label
+EARLIER = "1" * 40  # the commit the maintainer reviewed before the author pushed again
+
+
+def _workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def _event(**changes) -> dict:
+    event = json.loads((PAYLOADS / "labeled_fork.json").read_text())
+    for path, value in changes.items():
+        target = event
+        *parents, leaf = path.split("__")
+        for key in parents:
+            target = target[key]
+        target[leaf] = value
+    return event
+
+
+def _review(login: str, association: str, state: str, commit: str) -> dict:
+    return {"user": {"login": login, "type": "User"}, "author_association": association,
+            "state": state, "commit_id": commit}  # fmt: skip
+
+
+def _gate(tmp_path: Path, event: dict, extra_reviews: list[dict] = ()) -> dict[str, str]:
+    """Run the gate as the workflow's step does; its ``$GITHUB_OUTPUT`` lines as a dict."""
+    (tmp_path / "event.json").write_text(json.dumps(event))
+    pages = (PAYLOADS / "reviews_race.json").read_text()
+    (tmp_path / "reviews.json").write_text(pages + json.dumps(list(extra_reviews)))
+    proc = subprocess.run(
+        [sys.executable, str(GATE), str(tmp_path / "event.json"), str(tmp_path / "reviews.json"),
+         "--label", "safe-to-benchmark"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines())
+
+
+def test_labelled_fork_runs_only_at_the_sha_a_maintainer_approved(tmp_path):
+    jobs = _workflow()["jobs"]
+    decide = next(s for s in jobs["gate"]["steps"] if s.get("id") == "decide")
+    assert 'pr_gate.py "$GITHUB_EVENT_PATH"' in decide["run"]
+    assert jobs["gate"]["outputs"]["head"] == "${{ steps.decide.outputs.head }}"
+    # The check runs at the gate's commits, never at the payload's head or a later one.
+    assert jobs["check"]["env"]["HEAD"] == "${{ needs.gate.outputs.head }}"
+    assert jobs["check"]["env"]["BASE"] == "${{ needs.gate.outputs.base }}"
+    assert "pull_request.head.sha" not in json.dumps(jobs["check"])
+
+    # The race: a maintainer approved EARLIER, the author pushed LABELLED, the label went on
+    # LABELLED. A contributor's approval and a maintainer's comment approve nothing.
+    raced = _gate(tmp_path, _event())
+    assert (raced["run"], raced["remove_label"]) == ("false", "true")
+    assert LABELLED[:12] in raced["reason"]
+
+    approved = [_review("maintainer-b", "COLLABORATOR", "APPROVED", LABELLED)]
+    ran = _gate(tmp_path, _event(), approved)
+    assert (ran["run"], ran["head"], ran["base"]) == ("true", LABELLED, "0" * 40)
+
+    withdrawn = [*approved, _review("maintainer-b", "COLLABORATOR", "CHANGES_REQUESTED", LABELLED)]
+    assert _gate(tmp_path, _event(), withdrawn)["run"] == "false"
+    dismissed = [{**approved[0], "state": "DISMISSED"}]
+    assert _gate(tmp_path, _event(), dismissed)["run"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("changes", "run", "remove_label"),
+    [
+        (
+            {"action": "opened", "pull_request__head__repo": {"full_name": "kernel-org/kernels"}},
+            "true",
+            "false",
+        ),
+        ({"action": "synchronize"}, "false", "true"),
+        ({"action": "opened", "pull_request__labels": []}, "false", "false"),
+        ({"label": {"name": "bug"}}, "false", "false"),
+        ({"pull_request__head__repo": None}, "false", "true"),  # a deleted fork
+    ],
+    ids=["same-repository", "fork-new-commits", "fork-opened", "other-label", "deleted-fork"],
+)
+def test_gate_runs_branches_and_takes_the_label_back_from_new_fork_commits(
+    tmp_path, changes, run, remove_label
+):
+    decision = _gate(tmp_path, _event(**changes))
+    assert (decision["run"], decision["remove_label"]) == (run, remove_label)
+
+
+@pytest.mark.parametrize(
+    "event",
+    ["[]", '{"action": "labeled"}', json.dumps(_event(pull_request__head__sha="$(id)"))],
+    ids=["not-an-object", "no-pull-request", "head-not-a-sha"],
+)
+def test_gate_bad_payload_is_one_line_exit_2(tmp_path, event):
+    (tmp_path / "event.json").write_text(event)
+    (tmp_path / "reviews.json").write_text("[]")
+    proc = subprocess.run(
+        [sys.executable, str(GATE), str(tmp_path / "event.json"), str(tmp_path / "reviews.json")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+
+
+def test_workflow_actions_are_pinned_by_sha_and_secrets_stay_in_steps():
+    workflow = _workflow()
+    uses = re.findall(r"uses:\s*(\S+)", WORKFLOW.read_text())
+    assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
+    assert "secrets." not in json.dumps(workflow.get("env", {}))
+    for name, job in workflow["jobs"].items():
+        assert "secrets." not in json.dumps(job.get("env", {})), name
+        for step in job["steps"]:
+            if "pip install" in step.get("run", ""):
+                assert "secrets." not in json.dumps(step), step["name"]
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("check-jsonschema")), "--builtin-schema",
+         "vendor.github-workflows", str(WORKFLOW)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
