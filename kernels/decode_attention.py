@@ -53,6 +53,14 @@ def online_softmax_step(acc, l_i, m_i, s, v):
 
 
 @triton.jit
+def cache_rows(table, keys, k_mask, stride_page, stride_slot, PAGE_SIZE: tl.constexpr):
+    """Offsets of the cache rows that hold ``keys`` of one sequence, through its block-table
+    row ``table`` (masked keys read page 0, and are masked again by the caller's loads)."""
+    page = tl.load(table + keys // PAGE_SIZE, mask=k_mask, other=0).to(tl.int64)
+    return page * stride_page + (keys % PAGE_SIZE) * stride_slot
+
+
+@triton.jit
 def store_split(acc, l_i, m_i, o_ptrs, lse_ptrs, o_mask, row_mask):
     """Write a split's normalised output and base-2 log-sum-exp; a row that saw no key in
     this split gets zeros and -inf, which the combine weighs at zero."""
@@ -75,14 +83,10 @@ def paged_decode_split_kernel(
     stride_qs,
     stride_qh,
     stride_qd,
-    stride_kp,
-    stride_kt,
-    stride_kh,
-    stride_kd,
-    stride_vp,
-    stride_vt,
-    stride_vh,
-    stride_vd,
+    stride_cp,
+    stride_ct,
+    stride_ch,
+    stride_cd,
     stride_btb,
     stride_pb,
     stride_ps,
@@ -127,20 +131,14 @@ def paged_decode_split_kernel(
     for first in range(start, end, BLOCK_N):
         keys = first + offs_n
         k_mask = keys < end
-        page = tl.load(table + keys // PAGE_SIZE, mask=k_mask, other=0).to(tl.int64)
-        slot = keys % PAGE_SIZE
+        rows_kv = cache_rows(table, keys, k_mask, stride_cp, stride_ct, PAGE_SIZE)
+        offs = rows_kv[:, None] + head_kv * stride_ch + offs_d[None, :] * stride_cd
         kv_mask = k_mask[:, None] & d_mask[None, :]
-        k_rows = page * stride_kp + slot * stride_kt + head_kv * stride_kh
-        k = tl.load(
-            k_cache_ptr + k_rows[:, None] + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0
-        )
+        k = tl.load(k_cache_ptr + offs, mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision="tf32") * qk_scale
         visible = k_mask[None, :] & (keys[None, :] <= frontier[:, None])
         s = tl.where(visible, s, float("-inf"))
-        v_rows = page * stride_vp + slot * stride_vt + head_kv * stride_vh
-        v = tl.load(
-            v_cache_ptr + v_rows[:, None] + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0
-        )
+        v = tl.load(v_cache_ptr + offs, mask=kv_mask, other=0.0)
         acc, l_i, m_i = online_softmax_step(acc, l_i, m_i, s, v)
 
     part_rows = batch.to(tl.int64) * stride_pb + query * stride_ps + head * stride_ph
@@ -195,13 +193,18 @@ def combine_splits_kernel(
     )
 
 
-def split_length(rows: int, capacity: int, block_n: int, config: LaunchConfig | None) -> int:
-    """Keys per split: the pinned config's, else the fewest that give ``rows`` (programs per
-    split) x splits at least :data:`TARGET_PROGRAMS`, in whole key blocks."""
+def plan_splits(
+    programs: int, capacity: int, block_n: int, config: LaunchConfig | None
+) -> tuple[int, int]:
+    """(keys per split, splits) over ``capacity`` keys: the pinned config's split length,
+    else the longest that still gives ``programs`` (programs per split) x splits at least
+    :data:`TARGET_PROGRAMS`, in whole key blocks."""
     if config is not None:
-        return int(config.meta["SPLIT_KEYS"])
-    splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, rows), triton.cdiv(capacity, block_n)))
-    return triton.cdiv(triton.cdiv(capacity, splits), block_n) * block_n
+        keys = int(config.meta["SPLIT_KEYS"])
+    else:
+        splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, programs), triton.cdiv(capacity, block_n)))
+        keys = triton.cdiv(triton.cdiv(capacity, splits), block_n) * block_n
+    return keys, triton.cdiv(capacity, keys)
 
 
 def partials(
@@ -263,12 +266,12 @@ def paged_decode_attention(
             f"paged attention shapes do not match: q {tuple(q.shape)} k_cache "
             f"{tuple(k_cache.shape)} v_cache {tuple(v_cache.shape)} out {tuple(out.shape)}"
         )
+    if k_cache.stride() != v_cache.stride():
+        raise ValueError("the K and V caches must share a layout (strides), as one allocation")
     group = heads_q // heads_kv
     chosen = config or _DEFAULT
     block_n = int(chosen.meta["BLOCK_N"])
-    capacity = block_table.shape[1] * page_size
-    keys = split_length(batch * heads_kv, capacity, block_n, config)
-    splits = triton.cdiv(capacity, keys)
+    keys, splits = plan_splits(batch * heads_kv, block_table.shape[1] * page_size, block_n, config)
     block_d = next_pow2(dim)
     part_o, part_lse = partials(batch, seq_q, heads_q, splits, block_d, q.device)
     paged_decode_split_kernel[(batch * heads_kv, splits)](
@@ -281,7 +284,6 @@ def paged_decode_attention(
         part_lse,
         *q.stride(),
         *k_cache.stride(),
-        *v_cache.stride(),
         block_table.stride(0),
         *part_lse.stride()[:4],
         heads_kv,
@@ -410,17 +412,22 @@ def _sdpa_baseline(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
     return {"out": out.transpose(1, 2)}
 
 
-def _visible_pairs(p: Params) -> int:
+def visible_pairs(p: Params) -> int:
+    """(query, key) pairs the case's queries attend over, summed over its sequences."""
     seq_q = int(p["seq_q"])
     return sum(seq_q * (n - seq_q) + seq_q * (seq_q + 1) // 2 for n in seq_lens_of(p))
+
+
+def block_table_bytes(p: Params) -> int:
+    """The int32 page indices of the case's sequences."""
+    return 4 * sum(math.ceil(n / int(p["page_size"])) for n in seq_lens_of(p))
 
 
 def _min_bytes(p: Params, elem: int) -> int:
     q_elems = int(p["batch"]) * int(p["seq_q"]) * int(p["heads_q"]) * int(p["head_dim"])
     kv_elems = sum(seq_lens_of(p)) * int(p["heads_kv"]) * int(p["head_dim"])
     # q and out, k and v, and the block table
-    pages = sum(math.ceil(n / int(p["page_size"])) for n in seq_lens_of(p))
-    return elem * (2 * q_elems + 2 * kv_elems) + 4 * pages
+    return elem * (2 * q_elems + 2 * kv_elems) + block_table_bytes(p)
 
 
 # The dense models' attention (models.py) at vLLM's default page of 16 and FlashInfer's 64;
@@ -469,7 +476,7 @@ PAGED_DECODE_ATTENTION = KernelSpec(
         _sdpa_baseline,
     ),
     workloads={"smoke": _SMOKE_CASES, "decode": _DECODE_CASES},
-    flops=lambda p: 4 * int(p["heads_q"]) * int(p["head_dim"]) * _visible_pairs(p),
+    flops=lambda p: 4 * int(p["heads_q"]) * int(p["head_dim"]) * visible_pairs(p),
     min_bytes=_min_bytes,
     # Both matmuls run fp32 operands through TF32, as attention.py does.
     tolerance={**DEFAULT_TOLERANCE, "fp32": 5e-3},

@@ -32,7 +32,7 @@ from kernelwatch.harness.spec import (
     Params,
     Tensors,
 )
-from kernelwatch.kernels.gemm import grouped_tile
+from kernelwatch.kernels.gemm import output_tile, tile_indices
 from kernelwatch.kernels.inputs import randn
 from kernelwatch.kernels.models import (
     DECODE_TOKENS,
@@ -117,12 +117,7 @@ def fp8_block_gemm_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Tail rows and columns wrap onto valid ones (as in gemm.py): unmasked, in-bounds loads.
-    rows_in = (rows % M).to(tl.int64)
-    cols_in = (cols % N).to(tl.int64)
+    rows, cols, rows_in, cols_in = tile_indices(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     ks = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows_in[:, None] * stride_am + ks[None, :] * stride_ak
     b_ptrs = b_ptr + ks[:, None] * stride_bk + cols_in[None, :] * stride_bn
@@ -143,10 +138,7 @@ def fp8_block_gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    rows64 = rows.to(tl.int64)
-    cols64 = cols.to(tl.int64)
-    c_ptrs = c_ptr + rows64[:, None] * stride_cm + cols64[None, :] * stride_cn
-    c_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    c_ptrs, c_mask = output_tile(c_ptr, rows, cols, M, N, stride_cm, stride_cn)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 

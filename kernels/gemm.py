@@ -37,9 +37,12 @@ from kernelwatch.kernels.tuning import Tunable
 
 
 @triton.jit
-def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """The (row-tile, column-tile) of program ``pid``, walking ``GROUP_M`` row-tiles per
-    column so that consecutive programs share B's column-tiles in L2."""
+def tile_indices(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """The rows and columns of program ``pid``'s output tile, and the same wrapped into the
+    matrix as 64-bit offsets. Programs walk ``GROUP_M`` row-tiles per column so consecutive
+    programs share B's column-tiles in L2. Tail rows and columns wrap onto valid ones, so A
+    and B loads need no M/N mask and stay in bounds; their products land only in the tile's
+    tail, which the store drops."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_pid_in_group = GROUP_M * num_pid_n
@@ -49,7 +52,18 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
     group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
     pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
     pid_n = (pid % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rows, cols, (rows % M).to(tl.int64), (cols % N).to(tl.int64)
+
+
+@triton.jit
+def output_tile(c_ptr, rows, cols, M, N, stride_cm, stride_cn):
+    """Pointers to the (rows, cols) tile of C, and which of them lie inside it."""
+    rows64 = rows.to(tl.int64)
+    cols64 = cols.to(tl.int64)
+    c_ptrs = c_ptr + rows64[:, None] * stride_cm + cols64[None, :] * stride_cn
+    return c_ptrs, (rows[:, None] < M) & (cols[None, :] < N)
 
 
 @triton.jit
@@ -109,14 +123,7 @@ def gemm_kernel(
 ):
     tile = tl.program_id(0)
     split = tl.program_id(1)
-    pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Tail rows and columns wrap onto valid ones, so A and B loads need no M/N mask and stay
-    # in bounds; their products land only in the tile's tail, which the store drops.
-    rows_in = (rows % M).to(tl.int64)
-    cols_in = (cols % N).to(tl.int64)
+    rows, cols, rows_in, cols_in = tile_indices(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     # This split's share of K: whole BLOCK_K tiles, the last split taking what is left
     # (nothing, when K has fewer tiles than splits).
     k_tiles = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
@@ -136,10 +143,7 @@ def gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    rows64 = rows.to(tl.int64)
-    cols64 = cols.to(tl.int64)
-    c_ptrs = c_ptr + rows64[:, None] * stride_cm + cols64[None, :] * stride_cn
-    c_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    c_ptrs, c_mask = output_tile(c_ptr, rows, cols, M, N, stride_cm, stride_cn)
     if SPLIT_K == 1:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
     else:

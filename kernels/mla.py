@@ -31,15 +31,18 @@ from kernelwatch.harness.spec import (
 )
 from kernelwatch.kernels.attention import LOG2_E
 from kernelwatch.kernels.decode_attention import (
+    block_table_bytes,
+    cache_rows,
     causal_attention_rows,
     combine_splits,
     gather_pages,
     online_softmax_step,
     paged_cache,
     partials,
+    plan_splits,
     seq_lens_of,
-    split_length,
     store_split,
+    visible_pairs,
 )
 from kernelwatch.kernels.inputs import empty_like_dense, next_pow2, randn
 from kernelwatch.kernels.models import DECODE_TOKENS, DEEPSEEK_V3
@@ -117,8 +120,7 @@ def mla_decode_split_kernel(
     for first in range(start, end, BLOCK_N):
         keys = first + offs_n
         k_mask = keys < end
-        page = tl.load(table + keys // PAGE_SIZE, mask=k_mask, other=0).to(tl.int64)
-        kv_rows = page * stride_kvp + (keys % PAGE_SIZE) * stride_kvt
+        kv_rows = cache_rows(table, keys, k_mask, stride_kvp, stride_kvt, PAGE_SIZE)
         latent = tl.load(
             kv_cache_ptr + kv_rows[:, None] + offs_c[None, :],
             mask=k_mask[:, None] & c_mask[None, :],
@@ -184,9 +186,9 @@ def mla_decode(
     chosen = config or _DEFAULT
     block_r, block_n = int(chosen.meta["BLOCK_R"]), int(chosen.meta["BLOCK_N"])
     row_blocks = triton.cdiv(seq_q * heads, block_r)
-    capacity = block_table.shape[1] * page_size
-    keys = split_length(batch * row_blocks, capacity, block_n, config)
-    splits = triton.cdiv(capacity, keys)
+    keys, splits = plan_splits(
+        batch * row_blocks, block_table.shape[1] * page_size, block_n, config
+    )
     block_c = next_pow2(latent)
     part_o, part_lse = partials(batch, seq_q, heads, splits, block_c, q_nope.device)
     mla_decode_split_kernel[(batch * row_blocks, splits)](
@@ -269,24 +271,18 @@ def _torch_baseline(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
     return {"out": torch.einsum("bshk,bkd->bshd", torch.softmax(s, -1), rows[..., :latent])}
 
 
-def _visible_pairs(p: Params) -> int:
-    seq_q = int(p["seq_q"])
-    return sum(seq_q * (n - seq_q) + seq_q * (seq_q + 1) // 2 for n in seq_lens_of(p))
-
-
 def _flops(p: Params) -> int:
     latent, rope = int(p["kv_lora_rank"]), int(p["qk_rope_head_dim"])
     # q . [c_kv, k_pe] and p . c_kv per head and visible (query, key) pair
-    return 2 * (2 * latent + rope) * int(p["heads"]) * _visible_pairs(p)
+    return 2 * (2 * latent + rope) * int(p["heads"]) * visible_pairs(p)
 
 
 def _min_bytes(p: Params, elem: int) -> int:
     latent, rope = int(p["kv_lora_rank"]), int(p["qk_rope_head_dim"])
     rows = int(p["batch"]) * int(p["seq_q"]) * int(p["heads"])
-    lens = seq_lens_of(p)
-    pages = sum(math.ceil(n / int(p["page_size"])) for n in lens)
+    cache_rows = sum(seq_lens_of(p))
     # q_nope, q_pe and out; each cache row once; the block table
-    return elem * (rows * (2 * latent + rope) + sum(lens) * (latent + rope)) + 4 * pages
+    return elem * (rows * (2 * latent + rope) + cache_rows * (latent + rope)) + block_table_bytes(p)
 
 
 _MLA_SHAPE = {
