@@ -125,7 +125,7 @@ def fp8_block_gemm_kernel(
     b_scale_ptrs = b_scale_ptr + (cols_in // GROUP_N) * stride_bsn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    for k in range(0, (K + BLOCK_K - 1) // BLOCK_K):
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=ks[:, None] < k_left, other=0.0)

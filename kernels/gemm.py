@@ -43,8 +43,10 @@ def tile_indices(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
     programs share B's column-tiles in L2. Tail rows and columns wrap onto valid ones, so A
     and B loads need no M/N mask and stay in bounds; their products land only in the tile's
     tail, which the store drops."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # Ceiling divisions inline: tl.cdiv is a JIT function, which Triton's interpreter
+    # runs at the cost of a nested call per program.
+    num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
+    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
     num_pid_in_group = GROUP_M * num_pid_n
     group_id = pid // num_pid_in_group
     first_pid_m = group_id * GROUP_M
@@ -126,7 +128,7 @@ def gemm_kernel(
     rows, cols, rows_in, cols_in = tile_indices(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     # This split's share of K: whole BLOCK_K tiles, the last split taking what is left
     # (nothing, when K has fewer tiles than splits).
-    k_tiles = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    k_tiles = ((K + BLOCK_K - 1) // BLOCK_K + SPLIT_K - 1) // SPLIT_K
     k_start = split * k_tiles * BLOCK_K
     ks = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows_in[:, None] * stride_am + (k_start + ks)[None, :] * stride_ak

@@ -82,7 +82,7 @@ def mla_decode_split_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    row_blocks = tl.cdiv(seq_q * heads, BLOCK_R)
+    row_blocks = (seq_q * heads + BLOCK_R - 1) // BLOCK_R
     batch = tl.program_id(0) // row_blocks
     rows = (tl.program_id(0) % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
     split = tl.program_id(1)
