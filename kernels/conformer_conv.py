@@ -102,24 +102,28 @@ def glu_causal_dwconv_kernel(
     y_mask = ((first + outs) < T)[:, None] & c_mask[None, :]
     tl.store(y_rows[:, None] + chans[None, :], y.to(y_ptr.dtype.element_ty), mask=y_mask)
 
-    if HAS_STATE:
-        # The next chunk's state: the last KS - 1 frames of (state, this chunk), written by
-        # the block holding the chunk's last frame.
-        last_block = first + BLOCK_T >= T
-        keep = (frame >= T - (KS - 1)) & (frame < T) & (rows < BLOCK_T + KS - 1) & last_block
-        n_rows = new_state_ptr + batch * stride_nb + (frame - T + KS - 1).to(tl.int64) * stride_nt
-        tl.store(
-            n_rows[:, None] + chans[None, :],
-            window.to(new_state_ptr.dtype.element_ty),
-            mask=keep[:, None] & c_mask[None, :],
-        )
+    # A constexpr and a run-time condition stay in separate ifs: Triton resolves the first
+    # while compiling.
+    if HAS_STATE:  # noqa: SIM102
+        if first + BLOCK_T >= T:
+            # The next chunk's state, the last KS - 1 frames of (state, this chunk), written
+            # by the block holding the chunk's last frame.
+            keep = (frame >= T - (KS - 1)) & (frame < T) & (rows < BLOCK_T + KS - 1)
+            n_rows = (
+                new_state_ptr + batch * stride_nb + (frame - T + KS - 1).to(tl.int64) * stride_nt
+            )
+            tl.store(
+                n_rows[:, None] + chans[None, :],
+                window.to(new_state_ptr.dtype.element_ty),
+                mask=keep[:, None] & c_mask[None, :],
+            )
 
 
 # 32 frames a block fill a 64-row window at the Conformer's 31 taps; FastConformer's 9 taps
 # waste less of it at 16. Channel blocks of 64-128 keep loads 128-bit wide.
 CONV_CONFIGS = tuple(
     LaunchConfig({"BLOCK_T": bt, "BLOCK_C": bc}, w, 1)
-    for bt, bc, w in ((16, 64, 4), (32, 64, 4), (32, 128, 4), (64, 64, 8))
+    for bt, bc, w in ((16, 64, 4), (32, 64, 4), (32, 128, 4))
 )
 CONV_PINNED = LaunchConfig({"BLOCK_T": 16, "BLOCK_C": 32}, 4, 1)
 
@@ -291,7 +295,8 @@ CONFORMER_CONV = KernelSpec(
     baseline=Baseline(
         "torch.nn.functional.glu + conv1d (cuDNN) + silu", lambda t, p: _conv_module(t)
     ),
-    workloads={"smoke": _SMOKE_CASES, "asr": _asr_cases()},
+    # The model family first: a build without --workload compiles a spec's first workload.
+    workloads={"asr": _asr_cases(), "smoke": _SMOKE_CASES},
     # per output: kernel multiply-adds, GLU (exp, add, divide, multiply) and SiLU, bias
     flops=lambda p: (
         (2 * int(p["kernel"]) + 9) * int(p["batch"]) * int(p["frames"]) * int(p["channels"])

@@ -551,7 +551,8 @@ FUSED_MOE = KernelSpec(
     ),
     reference=_reference,
     baseline=Baseline("torch._grouped_mm (bf16), else a torch loop over experts", _baseline),
-    workloads={"smoke": _SMOKE_CASES, "decode": _moe_cases(True), "moe": _moe_cases(False)},
+    # The model family first: a build without --workload compiles a spec's first workload.
+    workloads={"moe": _moe_cases(False), "decode": _moe_cases(True), "smoke": _SMOKE_CASES},
     # gate+up (2 x intermediate wide) and down, per token and chosen expert
     flops=lambda p: (
         6 * int(p["tokens"]) * int(p["top_k"]) * int(p["hidden"]) * int(p["intermediate"])
