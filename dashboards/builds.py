@@ -58,14 +58,7 @@ def dashboard() -> sdk.Dashboard:
             since="90d",
         )
         .with_variable(common.repository_variable())
-        .with_variable(
-            common.variable(
-                "kernel",
-                "Kernel",
-                "SELECT DISTINCT kernel FROM report_latest_builds "
-                "WHERE repository = '$repository' ORDER BY 1",
-            )
-        )
+        .with_variable(common.kernel_variable(multi=False, source="report_latest_builds"))
         .with_variable(
             common.variable(
                 "arch",
