@@ -93,7 +93,7 @@ def glu_causal_dwconv_kernel(
     acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
     acc += tl.load(bias_ptr + chans, mask=c_mask, other=0.0).to(tl.float32)[None, :]
     outs = tl.arange(0, BLOCK_T)
-    for tap in tl.static_range(KS):
+    for tap in range(KS):
         weight = tl.load(w_ptr + chans * KS + tap, mask=c_mask, other=0.0).to(tl.float32)
         shifted = tl.gather(window, tl.broadcast_to((outs + tap)[:, None], (BLOCK_T, BLOCK_C)), 0)
         acc += shifted * weight[None, :]
@@ -120,10 +120,12 @@ def glu_causal_dwconv_kernel(
 
 
 # 32 frames a block fill a 64-row window at the Conformer's 31 taps; FastConformer's 9 taps
-# waste less of it at 16. Channel blocks of 64-128 keep loads 128-bit wide.
+# waste less of it at 16. Channel blocks of 64-128 keep loads 128-bit wide; 128 channels
+# take 8 warps (255 registers and a spill at 4 on sm_100a). The taps are a loop, not
+# unrolled: 31 unrolled gathers kept so many shuffled rows live that they spilled 3-4 KB.
 CONV_CONFIGS = tuple(
     LaunchConfig({"BLOCK_T": bt, "BLOCK_C": bc}, w, 1)
-    for bt, bc, w in ((16, 64, 4), (32, 64, 4), (32, 128, 4))
+    for bt, bc, w in ((16, 64, 4), (32, 64, 4), (32, 128, 8))
 )
 CONV_PINNED = LaunchConfig({"BLOCK_T": 16, "BLOCK_C": 32}, 4, 1)
 

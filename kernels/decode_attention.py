@@ -171,26 +171,26 @@ def combine_splits_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """One query row: out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max)."""
+    """One query row: out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max). The splits'
+    rows are added one at a time (a 64-split, 512-wide MLA row would not fit in registers),
+    in split order."""
     row = tl.program_id(0)
     head = row % heads
     query = (row // heads) % seq_q
     batch = row // (heads * seq_q)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
-    s_mask = offs_s < splits
-    base = row.to(tl.int64) * splits + offs_s
-    lse = tl.load(part_lse_ptr + base, mask=s_mask, other=float("-inf"))
-    weight = tl.math.exp2(lse - tl.max(lse, 0))
-    o_mask = s_mask[:, None] & (offs_d[None, :] < DIM)
-    o = tl.load(part_o_ptr + base[:, None] * PART_D + offs_d[None, :], mask=o_mask, other=0.0)
-    out = tl.sum(o * weight[:, None], 0) / tl.sum(weight, 0)
+    d_mask = offs_d < DIM
+    base = row.to(tl.int64) * splits
+    lse = tl.load(part_lse_ptr + base + offs_s, mask=offs_s < splits, other=float("-inf"))
+    top = tl.max(lse, 0)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for s in range(0, splits):
+        weight = tl.math.exp2(tl.load(part_lse_ptr + base + s) - top)
+        acc += weight * tl.load(part_o_ptr + (base + s) * PART_D + offs_d, mask=d_mask, other=0.0)
+    out = acc / tl.sum(tl.math.exp2(lse - top), 0)
     out_row = batch.to(tl.int64) * stride_ob + query * stride_os + head * stride_oh
-    tl.store(
-        out_ptr + out_row + offs_d * stride_od,
-        out.to(out_ptr.dtype.element_ty),
-        mask=offs_d < DIM,
-    )
+    tl.store(out_ptr + out_row + offs_d * stride_od, out.to(out_ptr.dtype.element_ty), mask=d_mask)
 
 
 def plan_splits(

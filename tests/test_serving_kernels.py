@@ -242,3 +242,16 @@ def test_build_plans_record_every_serving_kernel_on_the_meta_device():
 
 def test_fp8_kernels_build_in_fp8_by_default():
     assert default_dtypes(SUITE.kernel("fp8_block_gemm")) == ("fp8", "fp16", "bf16")
+
+
+@pytest.mark.parametrize("name", sorted(SERVING))
+def test_baselines_run_every_smoke_case(name):
+    """The stock-library baseline is timed beside the kernel: it must take every case and
+    give back the kernel's outputs, shapes included."""
+    spec = SUITE.kernel(name)
+    dtype = torch.float8_e4m3fn if "fp8" in spec.dtypes else torch.float16
+    for params in spec.workloads["smoke"]:
+        inputs = spec.make_inputs(params, dtype, torch.device("cpu"), torch.Generator())
+        expected = spec.make_outputs(inputs, params)
+        got = spec.baseline.fn(inputs, params)
+        assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in expected.items()}

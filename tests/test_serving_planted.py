@@ -77,8 +77,8 @@ PLANTED = (
     (
         Mutation(
             "decode_attention",
-            "    s_mask = offs_s < splits\n",
-            "    s_mask = offs_s < splits - 1\n",
+            "    for s in range(0, splits):\n",
+            "    for s in range(0, splits - 1):\n",
             "the combine drops the last split-K partial",
         ),
         "PAGED_DECODE_ATTENTION",
