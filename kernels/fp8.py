@@ -78,10 +78,11 @@ def group_quant_fp8_kernel(
     # A GPU's cvt.rn.satfinite rounds the same way (to nearest, ties to even), but Triton
     # 3.9's interpreter loses the carry when rounding up crosses a power of two (125.2 -> 64).
     # Adding and removing 1.5 * 2^(e + 20) rounds |v| < 2^(e + 1) to a multiple of 2^(e - 3),
-    # e4m3's spacing there; below 2^-6 the spacing is the subnormals' 2^-9.
+    # e4m3's spacing there; below 2^-6 the spacing is the subnormals' 2^-9. The constant is
+    # built from its bits, so no multiply is there to be fused into the add.
     bits = v.to(tl.int32, bitcast=True)
     exponent = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
-    magic = ((exponent + 147) << 23).to(tl.float32, bitcast=True) * 1.5
+    magic = (((exponent + 147) << 23) | 0x400000).to(tl.float32, bitcast=True)
     rounded = (tl.abs(v) + magic) - magic
     v = tl.where(v < 0, -rounded, rounded)
     tl.store(

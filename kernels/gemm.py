@@ -178,7 +178,8 @@ DECODE_MAX_M = 32
 # programs in flight to pull HBM bandwidth. A 4096-wide projection has 64 column-tiles of 64
 # for 132 SMs; splitting K 2-16 ways fills them. Long BLOCK_K tiles keep each split's loads
 # wide. The unsplit 16-row tile stays in the space for the wide projections (gate_up); at
-# BLOCK_K 128 it spilled 8 B, so it keeps the prefill space's 64.
+# BLOCK_K 128 it spilled 8 B, so it keeps the prefill space's 64. The 64-row (wgmma / tcgen05)
+# split tile takes 8 warps: at 4, sm_100a's m=1 build spilled 64 B.
 DECODE_CONFIGS = tuple(
     LaunchConfig({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 1, "SPLIT_K": sk}, w, s)
     for bm, bn, bk, sk, w, s in (
@@ -188,7 +189,7 @@ DECODE_CONFIGS = tuple(
         (16, 64, 128, 8, 4, 4),
         (16, 128, 128, 4, 4, 3),
         (32, 64, 128, 4, 4, 4),
-        (64, 64, 128, 4, 4, 2),
+        (64, 64, 128, 4, 8, 2),
         (16, 64, 256, 16, 4, 3),
     )
 )
