@@ -208,7 +208,7 @@ _PLAN = """
 import json, sys
 from kernelwatch.harness.build.plan import plan_builds
 from kernelwatch.kernels import SUITE
-jobs, failures = plan_builds(SUITE, sys.argv[1:], "llm", (), ("sm_90a",))
+jobs, failures = plan_builds(SUITE, sys.argv[1:], "llm", ("fp16",), ("sm_90a",))
 print(json.dumps({"failures": [f.reason for f in failures],
                   "functions": sorted({(j.kernel, j.launch.function) for j in jobs})}))
 """

@@ -99,7 +99,7 @@ def test_fp8_gemm_compiles_to_fp8_tensor_cores_and_widening_is_flagged(tmp_path)
     (tmp_path / "widened.py").write_text(mutant_source(_WIDENED))
     (tmp_path / "suite.py").write_text(_SUITE)
     request = BuildRequest(
-        SuiteRef("suite.py", str(tmp_path)), archs=("sm_90a", "sm_100a"), workers=1
+        SuiteRef("suite.py", str(tmp_path)), archs=("sm_90a", "sm_100a"), workers=2
     )
     records = {(r.kernel, r.arch): r for r in run_build(request).records}
     assert {k: r.status for k, r in records.items()} == dict.fromkeys(records, "ok")
