@@ -387,7 +387,7 @@ FP8_BLOCK_GEMM = KernelSpec(
     workloads={
         "smoke": _GEMM_SMOKE,
         "decode": _gemm_cases(DECODE_TOKENS),
-        "llm": _gemm_cases(PREFILL_TOKENS),
+        "llm": _gemm_cases(DECODE_TOKENS + PREFILL_TOKENS),
     },
     flops=lambda p: 2 * int(p["m"]) * int(p["n"]) * int(p["k"]),
     min_bytes=_gemm_min_bytes,
@@ -479,7 +479,7 @@ FP8_GROUP_QUANT = KernelSpec(
     workloads={
         "smoke": _QUANT_SMOKE,
         "decode": _quant_cases(DECODE_TOKENS),
-        "llm": _quant_cases(PREFILL_TOKENS),
+        "llm": _quant_cases(DECODE_TOKENS + PREFILL_TOKENS),
     },
     # abs, max, divide (and the clamp and round, which are not counted as arithmetic)
     flops=lambda p: 3 * int(p["m"]) * int(p["k"]),
