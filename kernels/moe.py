@@ -324,8 +324,8 @@ def grouped_gemm(
     )
 
 
-# vLLM's fused-MoE defaults, by tokens per expert: 16-row blocks while an expert sees a few
-# tokens (decode), 64 and 128 once it sees many (prefill).
+# Tiles in the range vLLM's fused-MoE configs tune over, chosen by tokens per expert: 16-row
+# blocks while an expert sees a few tokens (decode), 64 and 128 once it sees many (prefill).
 MOE_CONFIGS = tuple(
     LaunchConfig({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, w, s)
     for bm, bn, bk, w, s in ((16, 64, 128, 4, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3))
