@@ -4,7 +4,7 @@ the SECURITY DEFINER functions (PostgreSQL grants EXECUTE to PUBLIC by default),
 writer may read the schema revision but not change it; no role creates objects in public.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
