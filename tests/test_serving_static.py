@@ -47,10 +47,10 @@ def test_losing_the_fp8_path_is_a_regression(arch, fp8, wider):
 
 
 def test_the_store_ranks_tensor_cores_as_the_rules_do():
-    """Migration 0005 freezes TENSOR_CORE_RANK as SQL; a class added without a migration
+    """Migration 0007 freezes TENSOR_CORE_RANK as SQL; a class added without a migration
     would reach the builds dashboard with no rank."""
     migration = importlib.import_module(
-        "kernelwatch.store.migrations.versions.0005_fp8_tensor_cores"
+        "kernelwatch.store.migrations.versions.0007_fp8_tensor_cores"
     )
     frozen = dict(re.findall(r"WHEN '(\w+)' THEN (\d+)", migration._TENSOR_CORE_RANK))
     assert {k: int(v) for k, v in frozen.items()} == TENSOR_CORE_RANK

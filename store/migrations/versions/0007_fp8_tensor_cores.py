@@ -3,8 +3,8 @@
 wgmma) above ``HGMMA`` and adds ``UTCQMMA`` (fp8 tcgen05) above ``tcgen05``, so the builds
 dashboard shows an FP8 GEMM losing its fp8 path as the step down it is.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0007
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import importlib
 
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
