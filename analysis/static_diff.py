@@ -17,7 +17,7 @@ from typing import Any
 
 from kernelwatch.analysis.thresholds import StaticThresholds, Thresholds
 from kernelwatch.harness.build.archs import ARCHS, Arch
-from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
+from kernelwatch.harness.build.sass import FP8_TENSOR_CORES, TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics
 
 _THRESHOLDS = Thresholds()
@@ -134,7 +134,8 @@ def _tensor_core(before: BuildMetrics, after: BuildMetrics) -> Finding | None:
     old, new = before.tensor_core or "none", after.tensor_core or "none"
     if TENSOR_CORE_RANK.get(new, 0) >= TENSOR_CORE_RANK.get(old, 0):
         return None
-    return _finding("tensor_core", after, old, new, "lost its tensor-core path")
+    lost = "FP8 tensor-core path" if old in FP8_TENSOR_CORES else "tensor-core path"
+    return _finding("tensor_core", after, old, new, f"lost its {lost}")
 
 
 def _occupancy(before: BuildMetrics, after: BuildMetrics) -> Finding | None:

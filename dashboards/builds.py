@@ -9,14 +9,21 @@ from grafana_foundation_sdk.builders import statetimeline, timeseries
 from grafana_foundation_sdk.models.dashboard import ValueMap, ValueMappingResult
 
 from kernelwatch.dashboards import common
+from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 
 UID = "kw-builds"
 
 _FILTER = """repository = '$repository' AND kernel = '$kernel' AND arch IN ($arch)
   AND dtype IN ($dtype)"""
 _LINE = "function || ' ' || arch || ' ' || dtype || ' ' || case_label"
-#: report_build_history.tensor_core_rank, as kernelwatch.harness.build.sass.TENSOR_CORE_RANK ranks.
-TENSOR_CORE_NAMES = {0: "none", 1: "HMMA (mma.sync)", 2: "wgmma (HGMMA/QGMMA)", 3: "tcgen05"}
+_TENSOR_CORE_LABELS = {
+    "HMMA": "HMMA (mma.sync)",
+    "HGMMA": "wgmma (HGMMA)",
+    "QGMMA": "fp8 wgmma (QGMMA)",
+    "UTCQMMA": "fp8 tcgen05 (UTCQMMA)",
+}
+#: report_build_history.tensor_core_rank's values, named.
+TENSOR_CORE_NAMES = {rank: _TENSOR_CORE_LABELS.get(c, c) for c, rank in TENSOR_CORE_RANK.items()}
 
 
 def _over_commits(title: str, column: str, unit: str) -> timeseries.Panel:
@@ -51,14 +58,7 @@ def dashboard() -> sdk.Dashboard:
             since="90d",
         )
         .with_variable(common.repository_variable())
-        .with_variable(
-            common.variable(
-                "kernel",
-                "Kernel",
-                "SELECT DISTINCT kernel FROM report_latest_builds "
-                "WHERE repository = '$repository' ORDER BY 1",
-            )
-        )
+        .with_variable(common.kernel_variable(multi=False, source="report_latest_builds"))
         .with_variable(
             common.variable(
                 "arch",

@@ -27,6 +27,7 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableSort,
 )
 
+from kernelwatch.dashboards import families
 from kernelwatch.dashboards.sqlquery import DATASOURCE, Format, Sql
 
 TAG = "kernelwatch"
@@ -97,12 +98,12 @@ def repository_variable() -> sdk.QueryVariable:
     )
 
 
-def kernel_variable(*, multi: bool) -> sdk.QueryVariable:
-    """Kernels of the chosen repository."""
+def kernel_variable(*, multi: bool, source: str = "report_series") -> sdk.QueryVariable:
+    """Kernels of the chosen repository in ``source``, labelled with their family."""
     return variable(
         "kernel",
         "Kernel",
-        "SELECT DISTINCT kernel FROM report_series WHERE repository = '$repository' ORDER BY 1",
+        families.labelled_kernels(source),
         multi=multi,
         include_all=multi,
     )

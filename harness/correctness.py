@@ -4,7 +4,9 @@ Each case gets fresh random inputs from a seed derived from its identity, runs t
 twice into outputs poisoned with two different values (NaN, then a finite sentinel), and
 compares. The two poisons make three failure modes distinguishable that a single launch would
 blur: elements never written (NaN in run one *and* the sentinel in run two), elements the
-kernel computed as NaN/Inf, and results that change between identical launches.
+kernel computed as NaN/Inf, and results that change between identical launches. Integer
+outputs, which hold no NaN, are poisoned with their type's minimum instead, and must equal
+the reference exactly: an index or a routing decision is right or wrong, never close.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from kernelwatch.harness.device import Device, software_info
 from kernelwatch.harness.records import CaseId, CorrectnessResult, LaunchConfig, SoftwareInfo
 from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Params
 
-#: Finite poison for the second launch; exactly representable in fp16, bf16 and fp32.
+#: Finite poison for the second launch; exactly representable in fp16, bf16 and fp32 (fp8
+#: e4m3 saturates it to -448, still finite and still a poison).
 SENTINEL = -7168.0
 
 
@@ -73,7 +76,12 @@ def compare(
             raise ValueError(
                 f"output {name!r} has shape {tuple(out.shape)}, reference has {tuple(ref.shape)}"
             )
-        holes = torch.isnan(out) & (again == torch.tensor(SENTINEL, dtype=again.dtype))
+        unwritten_first, unwritten_second = poisons(out.dtype)
+        holes = _same(out, unwritten_first) & (again == unwritten_second)
+        exact = not out.dtype.is_floating_point
+        if out.dtype.itemsize == 1 and not exact:
+            # fp8 lacks most CPU ops; every fp8 value is exact in fp32.
+            out, again = out.float(), again.float()
         bad = ~torch.isfinite(out) & ~holes
         n_holes, n_bad = int(holes.sum()), int(bad.sum())
         if n_holes:
@@ -94,7 +102,15 @@ def compare(
         err_norm = float(torch.linalg.vector_norm(diff))
         rel = err_norm / ref_norm if ref_norm > 0 else err_norm
         max_abs = float(diff.abs().max()) if diff.numel() else 0.0
-        if rel > tolerance:
+        if exact:
+            wrong = diff != 0
+            if bool(wrong.any()):
+                first_wrong = tuple(int(i) for i in wrong.nonzero()[0])
+                failures.append(
+                    f"{int(wrong.sum())} of {out.numel()} elements of {name!r} differ from the "
+                    f"reference (first at index {first_wrong}); integer outputs must match exactly"
+                )
+        elif rel > tolerance:
             failures.append(f"{name!r} relative error {rel:.3g} exceeds tolerance {tolerance:.3g}")
         worst_rel, worst_abs = max(worst_rel, rel), max(worst_abs, max_abs)
         n_diff = _bitwise_differences(out, again)
@@ -112,6 +128,21 @@ def compare(
         differing=differing,
         failures=tuple(failures),
     )
+
+
+def poisons(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The values an output of ``dtype`` is filled with before the first and the second
+    launch: NaN and :data:`SENTINEL` (as ``dtype`` rounds it) for floating point, the type's
+    minimum and the sentinel for integers."""
+    if dtype.is_floating_point:
+        first = torch.tensor(float("nan"), dtype=dtype)
+    else:
+        first = torch.tensor(torch.iinfo(dtype).min, dtype=dtype)
+    return first, torch.tensor(SENTINEL).to(dtype)
+
+
+def _same(values: torch.Tensor, poison: torch.Tensor) -> torch.Tensor:
+    return torch.isnan(values) if poison.isnan() else values == poison
 
 
 def _bitwise_differences(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -156,10 +187,10 @@ def check_case(
         _require_random(inputs)
         reference = spec.reference(_to_float64(inputs), params)
         pinned = pin if pin is not None or device.can_autotune else spec.pinned_config
-        first, config = _launch(spec, inputs, params, pinned, float("nan"), device)
+        first, config = _launch(spec, inputs, params, pinned, 0, device)
         # The second launch reuses the first one's config so that autotuning cannot pass for
         # nondeterminism.
-        second, _ = _launch(spec, inputs, params, config, SENTINEL, device)
+        second, _ = _launch(spec, inputs, params, config, 1, device)
         result = compare(first, second, reference, spec.tolerance[dtype], spec.deterministic)
     except KernelUnsupported as exc:
         return CorrectnessResult(verdict="unsupported", reason=str(exc), **base)
@@ -192,12 +223,12 @@ def _launch(
     inputs: Mapping[str, torch.Tensor],
     params: Params,
     config: LaunchConfig | None,
-    poison: float,
+    run: int,
     device: Device,
 ) -> tuple[dict[str, torch.Tensor], LaunchConfig]:
     outputs = spec.make_outputs(inputs, params)
     for out in outputs.values():
-        out.fill_(poison)
+        out.fill_(poisons(out.dtype)[run].item())
     used = spec.launch(inputs, outputs, params, config)
     device.synchronize()
     return {name: out.detach().clone() for name, out in outputs.items()}, used

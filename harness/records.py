@@ -410,7 +410,7 @@ class BuildMetrics(JsonRecord, kind="build"):
 
     ``status`` is ``ok`` or ``error`` (``reason`` one line, ``detail`` the compiler output).
     ``tensor_core`` is the instruction class found in the SASS: ``HGMMA``, ``QGMMA``,
-    ``tcgen05``, ``HMMA`` or ``none``. The artifact's identity is ``cubin_sha256``.
+    ``tcgen05``, ``UTCQMMA``, ``HMMA`` or ``none``. The artifact's identity is ``cubin_sha256``.
     One kernel launches with a different specialisation (divisibility by 16, unit strides,
     arguments equal to 1) for different shapes: ``dtype`` and ``case`` (the label of the first
     case of ``workload`` that compiles to this specialisation) tell those builds apart.

@@ -40,16 +40,21 @@ __all__ = [
     "validate_suite",
 ]
 
-#: Canonical dtype names used in records, CLI flags and specs.
+#: Canonical dtype names used in records, CLI flags and specs. ``fp8`` is e4m3 (``e4m3fn``:
+#: no infinities, max 448), the format FP8 inference stores activations and weights in; what
+#: a spec does with it (which operands are fp8, what it writes) is the spec's to say.
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
+    "fp8": torch.float8_e4m3fn,
 }
 
 #: Relative-error tolerances (``||out - ref|| / ||ref||``) when a spec does not override them.
 #: About 4x the RMS rounding error of one rounding to the output type: fp16 has an 11-bit
-#: significand (RMS error 2^-11/sqrt(3) ~ 2.8e-4), bf16 an 8-bit one (~2.3e-3).
+#: significand (RMS error 2^-11/sqrt(3) ~ 2.8e-4), bf16 an 8-bit one (~2.3e-3). There is no
+#: default for fp8: its error depends on where the spec rounds to it, so a spec declaring it
+#: states its own.
 DEFAULT_TOLERANCE: dict[str, float] = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}
 
 ParamValue = int | float | str | bool
@@ -89,6 +94,8 @@ class KernelSpec:
       views are welcome: they are how strides get tested.
     - ``make_outputs(inputs, params)``: output tensors to be written by the kernel. The
       harness fills them with NaN before every launch, so unwritten elements are caught.
+      Integer outputs (indices, routing decisions) are compared with the reference exactly;
+      floating-point ones within ``tolerance``.
     - ``launch(inputs, outputs, params, config)``: runs the kernel under test. ``config`` is
       ``None`` to let the kernel choose (autotune or heuristics), or a pinned point of
       ``configs``. Returns the config actually used (block sizes, warps, stages), which

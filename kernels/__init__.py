@@ -8,7 +8,12 @@ module-level ``SUITE``, exactly as it finds a suite in another repository.
 from kernelwatch.harness.spec import Suite
 from kernelwatch.kernels.activation import SILU_AND_MUL
 from kernelwatch.kernels.attention import FLASH_ATTENTION
+from kernelwatch.kernels.conformer_conv import CONFORMER_CONV
+from kernelwatch.kernels.decode_attention import PAGED_DECODE_ATTENTION
+from kernelwatch.kernels.fp8 import FP8_BLOCK_GEMM, FP8_GROUP_QUANT
 from kernelwatch.kernels.gemm import GEMM
+from kernelwatch.kernels.mla import MLA_DECODE
+from kernelwatch.kernels.moe import FUSED_MOE
 from kernelwatch.kernels.rmsnorm import FUSED_ADD_RMS_NORM, RMS_NORM
 from kernelwatch.kernels.rope import ROPE
 from kernelwatch.kernels.silu_cuda import SILU_AND_MUL_CUDA
@@ -25,5 +30,11 @@ SUITE = Suite(
         ROPE,
         GEMM,
         FLASH_ATTENTION,
+        FP8_GROUP_QUANT,
+        FP8_BLOCK_GEMM,
+        PAGED_DECODE_ATTENTION,
+        MLA_DECODE,
+        FUSED_MOE,
+        CONFORMER_CONV,
     ),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from kernelwatch.harness.records import CorrectnessResult
+from kernelwatch.kernels import SUITE
 
 
 def _records(stdout: str) -> dict[tuple[str, str], CorrectnessResult]:
@@ -61,10 +62,12 @@ def test_unknown_kernel_exits_2_naming_the_valid_ones(kernelwatch_cli):
 def test_unknown_workload_and_dtype_exit_2(kernelwatch_cli):
     workload = kernelwatch_cli("check", "--workload", "huge")
     assert workload.returncode == 2
-    assert "unknown workload 'huge'; valid workloads: llm, smoke" in workload.stderr
-    dtype = kernelwatch_cli("check", "--dtype", "fp8")
+    assert "unknown workload 'huge'; valid workloads: asr, decode, llm, moe, smoke" in (
+        workload.stderr
+    )
+    dtype = kernelwatch_cli("check", "--dtype", "fp4")
     assert dtype.returncode == 2
-    assert "valid dtypes: fp32, fp16, bf16" in dtype.stderr
+    assert "valid dtypes: fp32, fp16, bf16, fp8" in dtype.stderr
 
 
 def test_unimportable_suite_exits_2(kernelwatch_cli, tmp_path):
@@ -97,7 +100,7 @@ def test_builtin_smoke_passes_with_bf16_listed_as_unsupported(kernelwatch_cli, d
         else:
             assert r.verdict == "pass", (r.case, r.reason)
     assert {(r.case.kernel, r.case.dtype) for r in records} == {
-        (k, d) for k in kernels for d in ("fp32", "fp16", "bf16")
+        (spec.name, d) for spec in SUITE.kernels for d in spec.dtypes
     }
 
 

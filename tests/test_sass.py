@@ -94,7 +94,8 @@ def test_sass_histogram_and_what_follows():
 def test_tensor_core_classes():
     assert sass.tensor_core_class({"HMMA.16816.F32": 64}) == "HMMA"
     assert sass.tensor_core_class({"QGMMA.64x128x32.F32.E4M3.E4M3": 4}) == "QGMMA"
-    assert sass.tensor_core_class({"UTCQMMA": 2, "HGMMA.64x8x16.F32": 1}) == "tcgen05"
+    assert sass.tensor_core_class({"UTCHMMA": 8, "HGMMA.64x8x16.F32": 1}) == "tcgen05"
+    assert sass.tensor_core_class({"UTCQMMA": 2, "UTCHMMA": 1}) == "UTCQMMA"
     assert sass.tensor_core_class({"FFMA": 100}) == "none"
 
 

@@ -31,7 +31,9 @@ def _spec(name: str = "k", **overrides) -> KernelSpec:
     [
         ((_spec(), _spec()), "kernel name 'k' is declared twice"),
         ((_spec("Bad-Name"),), "kernel 'Bad-Name': name must match"),
-        ((_spec(dtypes=("fp8",)),), "dtypes ['fp8'] must be a non-empty subset"),
+        ((_spec(dtypes=("fp4",)),), "dtypes ['fp4'] must be a non-empty subset"),
+        # fp8 has no default tolerance: where a spec rounds to it decides its error.
+        ((_spec(dtypes=("fp8",)),), "no tolerance for dtypes ['fp8']"),
         ((_spec(tolerance={"fp32": 1e-5}),), "no tolerance for dtypes ['fp16']"),
         ((_spec(tolerance={"fp32": 0.0, "fp16": 1e-3}),), "tolerance for ['fp32'] must be"),
         ((_spec(workloads={}),), "declares no workloads"),

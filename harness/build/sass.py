@@ -15,9 +15,23 @@ from dataclasses import dataclass
 
 #: Tensor-core classes from the oldest to the newest path; a move left is a downgrade.
 #: ``HMMA`` is the warp-level ``mma.sync`` family (Ampere and later, also IMMA),
-#: ``HGMMA``/``QGMMA`` Hopper's warpgroup ``wgmma`` (16-bit and tf32 / fp8 operands; IGMMA
-#: counts as HGMMA), ``tcgen05`` Blackwell's ``UTC*MMA`` issued from tensor memory.
-TENSOR_CORE_RANK: dict[str, int] = {"none": 0, "HMMA": 1, "HGMMA": 2, "QGMMA": 2, "tcgen05": 3}
+#: ``HGMMA`` Hopper's warpgroup ``wgmma`` on 16-bit and tf32 operands (IGMMA counts as
+#: HGMMA), ``QGMMA`` the same on fp8 operands; ``tcgen05`` Blackwell's ``UTC*MMA`` issued
+#: from tensor memory, ``UTCQMMA`` its fp8 (``kind::f8f6f4``) form. Each fp8 class ranks
+#: above its generation's 16-bit one, so an FP8 GEMM whose operands get widened before the
+#: MMA (QGMMA -> HGMMA on sm_90a, UTCQMMA -> tcgen05 on sm_100a: half the throughput) is a
+#: downgrade. Builds are only compared on the same target, so the order across generations
+#: only has to agree within each.
+TENSOR_CORE_RANK: dict[str, int] = {
+    "none": 0,
+    "HMMA": 1,
+    "HGMMA": 2,
+    "QGMMA": 3,
+    "tcgen05": 4,
+    "UTCQMMA": 5,
+}
+#: The classes whose operands are fp8.
+FP8_TENSOR_CORES = frozenset({"QGMMA", "UTCQMMA"})
 
 _PTXAS_ENTRY = re.compile(
     r"^ptxas\S* info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?"
@@ -136,6 +150,8 @@ def instruction_mix(opcodes: Mapping[str, int]) -> InstructionMix:
 def tensor_core_class(opcodes: Mapping[str, int]) -> str:
     """The newest tensor-core path the code uses (see :data:`TENSOR_CORE_RANK`)."""
     bases = {_base(op) for op, n in opcodes.items() if n}
+    if "UTCQMMA" in bases:
+        return "UTCQMMA"
     if any(b.startswith("UTC") and b.endswith("MMA") for b in bases):
         return "tcgen05"
     if "QGMMA" in bases:

@@ -22,7 +22,7 @@ from kernelwatch.harness.records import SpeedOfLight
 DATASHEET, MEASURED = "datasheet", "measured"
 
 #: Bytes per element of each record dtype (the ``elem`` argument of a spec's ``min_bytes``).
-ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True)
