@@ -40,7 +40,8 @@ class Device:
 
 
 def select_device() -> Device:
-    """Pick CUDA if available, else switch Triton to its interpreter.
+    """Pick CUDA if available, else switch Triton to its interpreter (with kernelwatch's
+    fixes, ``interpreter.py``).
 
     Must run before anything imports Triton: ``TRITON_INTERPRET`` is read at import time.
     """
@@ -66,6 +67,9 @@ def select_device() -> Device:
             "call select_device() first"
         )
     os.environ["TRITON_INTERPRET"] = "1"
+    from kernelwatch.harness.interpreter import patch_interpreter
+
+    patch_interpreter()  # float arguments and libdevice as the GPU compiler has them
     info = DeviceInfo(
         kind="cpu",
         name=_cpu_name(),
