@@ -16,13 +16,15 @@ from kernelwatch.cli.arguments import (
     KernelOption,
     RepoOption,
     SeedOption,
+    SrcOption,
     SuiteOption,
     TimeoutOption,
     WorkloadOption,
+    suite_ref,
 )
 from kernelwatch.cli.console import fail, stderr, stream_records
 from kernelwatch.harness.records import CorrectnessResult
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
+from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import (
     CheckRequest,
     SelectionUnavailable,
@@ -40,6 +42,7 @@ def check(
     dtype: DtypesOption = None,
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
+    src: SrcOption = None,
     seed: SeedOption = 0,
     timeout: TimeoutOption = 300.0,
     json_lines: JsonOption = False,
@@ -50,7 +53,7 @@ def check(
     failed or errored, 2 on bad input.
     """
     request = CheckRequest(
-        suite=SuiteRef(suite, str(repo) if repo is not None else None),
+        suite=suite_ref(suite, repo, src),
         kernels=tuple(kernel or ()),
         workload=workload,
         dtypes=tuple(dtype or ()),

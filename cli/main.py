@@ -16,6 +16,7 @@ from kernelwatch.cli import (
     demo,
     deploy,
     detect,
+    init,
     nightly,
     pr_check,
     regressions,
@@ -26,6 +27,7 @@ from kernelwatch.cli.app import app
 
 #: In the order ``kernelwatch --help`` lists them.
 COMMAND_MODULES = (
+    init,
     check,
     bench,
     selfcheck,

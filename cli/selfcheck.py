@@ -12,9 +12,9 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.app import app
-from kernelwatch.cli.arguments import KernelOption, RepoOption, SuiteOption
+from kernelwatch.cli.arguments import KernelOption, RepoOption, SrcOption, SuiteOption, suite_ref
 from kernelwatch.cli.console import fail, progress, stderr
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
+from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import (
     SelectionUnavailable,
     SelfcheckRequest,
@@ -33,6 +33,7 @@ def selfcheck(
     dtype: Annotated[str, typer.Option(help="Dtype of every case.")] = "bf16",
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
+    src: SrcOption = None,
     budget: Annotated[
         float | None, typer.Option(help="Seconds of sampling per measurement.")
     ] = None,
@@ -42,7 +43,7 @@ def selfcheck(
     same kernels in one process, measure A/A noise and the device's ceilings, and write a
     markdown report to OUT/selfcheck.md. Exit 2 on bad input, 1 if the self-check failed."""
     request = SelfcheckRequest(
-        suite=SuiteRef(suite, str(repo) if repo is not None else None),
+        suite=suite_ref(suite, repo, src),
         kernels=tuple(kernel or ()),
         workload=workload,
         dtype=dtype,

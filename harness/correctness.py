@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelwatch.harness import launcher
 from kernelwatch.harness.device import Device, software_info
 from kernelwatch.harness.records import CaseId, CorrectnessResult, LaunchConfig, SoftwareInfo
 from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Params
@@ -192,10 +193,8 @@ def _launch(
     poison: float,
     device: Device,
 ) -> tuple[dict[str, torch.Tensor], LaunchConfig]:
-    outputs = spec.make_outputs(inputs, params)
-    for out in outputs.values():
-        out.fill_(poison)
-    used = spec.launch(inputs, outputs, params, config)
+    bound = launcher.bind(spec, inputs, params, poison)
+    outputs, used = launcher.launch(spec, bound, params, config)
     device.synchronize()
     return {name: out.detach().clone() for name, out in outputs.items()}, used
 

@@ -90,8 +90,9 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def software_info() -> SoftwareInfo:
-    """Versions of kernelwatch, Python, torch, Triton, CUDA and the driver (None if absent)."""
+def software_info(suite_source: str | None = None) -> SoftwareInfo:
+    """Versions of kernelwatch, Python, torch, Triton, CUDA and the driver (None if absent),
+    and the suite's source (``suite.source_of``) when one was imported."""
     import torch
 
     def version(dist: str) -> str:
@@ -107,6 +108,7 @@ def software_info() -> SoftwareInfo:
         triton=version("triton"),
         cuda=torch.version.cuda,
         driver=_driver_version() if torch.cuda.is_available() else None,
+        suite_source=suite_source,
     )
 
 

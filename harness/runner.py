@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # kernel-side modules are imported only after the device is c
     from kernelwatch.harness.device import Device
     from kernelwatch.harness.records import SoftwareInfo
     from kernelwatch.harness.spec import Suite
-    from kernelwatch.harness.suite import Task
+    from kernelwatch.harness.suite import Loaded, Task
     from kernelwatch.harness.timing.case import BenchSession
 
     RunCase = Callable[[Task], CorrectnessResult | Measurement | ABMeasurement]
@@ -65,7 +65,8 @@ def main() -> int:
         protocol.flush()
 
     try:
-        suites = _load_suites(plan)
+        loaded = _load_suites(plan)
+        suites = [one.suite for one in loaded]
         suite = suites[0]
         if mode == "selfcheck":
             from kernelwatch.harness.timing.selfcheck import SelfcheckOptions, run_selfcheck
@@ -83,7 +84,8 @@ def main() -> int:
     except SelectionError as exc:
         emit({"event": "fatal", "kind": "selection", "message": str(exc)})
         return EXIT_FATAL
-    software = software_info()
+    # Each side's records name the suite file and revision it imported.
+    software = [software_info(one.source) for one in loaded]
     run_case, method = _case_runner(plan, suites, device, software, emit)
     if run_case is None:
         return EXIT_FATAL
@@ -93,7 +95,7 @@ def main() -> int:
             "suite": suite.name,
             "tasks": [t.to_json() for t in tasks],
             "device": asdict(device.info),
-            "software": asdict(software),
+            "software": asdict(software[0]),
             "method": method,
         }
     )
@@ -108,22 +110,22 @@ def main() -> int:
     return 0
 
 
-def _load_suites(plan: dict[str, Any]) -> list[Suite]:
+def _load_suites(plan: dict[str, Any]) -> list[Loaded]:
     """The plan's suite, and in ``ab`` mode B's beside it (A's checkout forgotten first, so
     both may use the same package names). Raises SuiteLoadError naming the side."""
     from kernelwatch.harness.suite import (
         SuiteLoadError,
         SuiteRef,
-        load_suite,
+        import_suite,
         load_suite_isolated,
     )
 
     if plan.get("mode") != "ab":
-        return [load_suite(SuiteRef.from_json(plan["suite"]))]
+        return [import_suite(SuiteRef.from_json(plan["suite"]))]
     suites = []
     for side, load, data in (
         ("A", load_suite_isolated, plan["suite"]),
-        ("B", load_suite, plan["suite_b"]),
+        ("B", import_suite, plan["suite_b"]),
     ):
         ref = SuiteRef.from_json(data)
         try:
@@ -151,12 +153,14 @@ def _case_runner(
     plan: dict[str, Any],
     suites: list[Suite],
     device: Device,
-    software: SoftwareInfo,
+    sides: list[SoftwareInfo],
     emit: Emit,
 ) -> tuple[RunCase | None, dict[str, Any] | None]:
     """The function that turns one task into a record, for the plan's mode, and the timing
-    method (bench, ab) as JSON. (None, None) after emitting a fatal event for a bad request."""
+    method (bench, ab) as JSON. (None, None) after emitting a fatal event for a bad request.
+    ``sides`` is the software of each suite (A and B in ``ab`` mode)."""
     seed = int(plan["seed"])
+    software = sides[0]
     suite = suites[0]
     mode = plan.get("mode", "check")
     if mode == "check":
@@ -179,7 +183,7 @@ def _case_runner(
     if session is None:
         return None, None
     if mode == "ab":
-        return _ab_runner(session, suites, seed), asdict(session.method)
+        return _ab_runner(session, suites, sides, seed), asdict(session.method)
 
     def bench(task: Task) -> Measurement:
         spec = suite.kernel(task.kernel)
@@ -213,7 +217,9 @@ def _open_session(
     return session
 
 
-def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase:
+def _ab_runner(
+    session: BenchSession, suites: list[Suite], sides: list[SoftwareInfo], seed: int
+) -> RunCase:
     from kernelwatch.harness.suite import lacks
     from kernelwatch.harness.timing.ab import ABSession
 
@@ -225,7 +231,7 @@ def _ab_runner(session: BenchSession, suites: list[Suite], seed: int) -> RunCase
         if lacking:
             return session.unsupported(a.name, task, "; ".join(lacking))
         return session.measure_pair(
-            a.kernel(task.kernel), b.kernel(task.kernel), a.name, task, seed
+            a.kernel(task.kernel), b.kernel(task.kernel), a.name, task, seed, (sides[0], sides[1])
         )
 
     return ab
