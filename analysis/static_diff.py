@@ -1,6 +1,7 @@
 """Static regressions between two builds of a suite: pure functions over build records.
 
-Builds are matched by (kernel, function, dtype, config, case, arch). For each pair the rules
+Builds are matched by (kernel, function, dtype, config, case, arch), or across a config
+change (``diff_builds``). For each pair the rules
 are: new or more spill bytes; a tensor-core class downgrade (``TENSOR_CORE_RANK``); registers
 crossing an occupancy boundary for the block size (fewer resident blocks per SM); shared
 memory newly over the target's per-block limit; a build that no longer compiles; the
@@ -12,7 +13,7 @@ instruction count up by more than ``StaticThresholds.max_instruction_growth`` (p
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kernelwatch.analysis.thresholds import StaticThresholds, Thresholds
@@ -80,24 +81,61 @@ def diff_builds(
     """Every static regression from ``base`` to ``head``, in ``head``'s order, each build
     judged by its kernel's thresholds.
 
-    A build only in ``base`` counts as no longer compiling when ``head`` has an error for the
-    same kernel and arch (its launches could not even be recorded); otherwise it was removed
-    or renamed, which is not a regression. Builds only in ``head`` are new: nothing to compare.
+    Builds pair by :func:`build_key`. A build whose config changed (a new block size or
+    warp count) pairs with the base's build of the same kernel, function, dtype, case and
+    target when that is the only unpaired one on each side, so a config change is judged
+    like any other change. A build only in ``base`` counts as no longer compiling when
+    ``head`` could not even record that kernel's launches for the same dtype and target (an
+    error record without a function), with that error's reason; otherwise it was removed
+    or renamed, which is not a regression. Builds only in ``head`` are new: nothing to
+    compare.
     """
-    base_by_key = {build_key(r): r for r in base}
     head = list(head)
-    head_keys = {build_key(r) for r in head}
-    failed = {(r.kernel, r.arch): r for r in head if r.status != "ok"}
+    pairs = _pairs(list(base), head)
     findings: list[Finding] = []
     for after in head:
-        before = base_by_key.get(build_key(after))
+        before = pairs.get(id(after))
         if before is not None:
-            findings += compare(before, after, thresholds.for_kernel(after.kernel).static)
-    for key, before in base_by_key.items():
-        lost = failed.get((before.kernel, before.arch))
-        if key not in head_keys and before.status == "ok" and lost is not None:
+            rules = thresholds.for_kernel(after.kernel).static
+            findings += [_config_change(f, before, after) for f in compare(before, after, rules)]
+    paired = {id(before) for before in pairs.values()}
+    unrecorded = {
+        (r.kernel, r.dtype, r.arch): r for r in head if r.status != "ok" and not r.function
+    }
+    for before in base:
+        lost = unrecorded.get((before.kernel, before.dtype, before.arch))
+        if id(before) not in paired and before.status == "ok" and lost is not None:
             findings.append(_finding("no_longer_compiles", before, "ok", "error", lost.reason))
     return findings
+
+
+def _pairs(base: list[BuildMetrics], head: list[BuildMetrics]) -> dict[int, BuildMetrics]:
+    """Each head build (by ``id``) and the base build it is compared with."""
+    base_by_key = {build_key(r): r for r in base}
+    pairs = {id(r): base_by_key[build_key(r)] for r in head if build_key(r) in base_by_key}
+    taken = {id(r) for r in pairs.values()}
+    lone_base: dict[tuple[str, ...], list[BuildMetrics]] = {}
+    lone_head: dict[tuple[str, ...], list[BuildMetrics]] = {}
+    for records, lone, done in ((base, lone_base, taken), (head, lone_head, set(pairs))):
+        for r in records:
+            if id(r) not in done and r.function:
+                lone.setdefault(_site(r), []).append(r)
+    for site, [after] in ((s, rs) for s, rs in lone_head.items() if len(rs) == 1):
+        if len(lone_base.get(site, ())) == 1:
+            pairs[id(after)] = lone_base[site][0]
+    return pairs
+
+
+def _site(record: BuildMetrics) -> tuple[str, ...]:
+    """A build's identity without its config."""
+    return (record.kernel, record.function, record.dtype, record.case, record.arch)
+
+
+def _config_change(finding: Finding, before: BuildMetrics, after: BuildMetrics) -> Finding:
+    old, new = build_key(before)[3], build_key(after)[3]
+    if old == new:
+        return finding
+    return replace(finding, message=f"{finding.message} (config {old} -> {new})")
 
 
 def compare(

@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from kernelwatch.harness.suite import SuiteRef, locate
+
 KernelOption = Annotated[
     list[str] | None, typer.Option("--kernel", "-k", help="Only this kernel (repeatable).")
 ]
@@ -18,11 +20,21 @@ DtypesOption = Annotated[
     list[str] | None, typer.Option("--dtype", help="Only these dtypes (repeatable).")
 ]
 SuiteOption = Annotated[
-    str, typer.Option(help="Suite module name or path to a suite .py file (in --repo).")
+    str,
+    typer.Option(
+        help="Suite module name or path to a suite .py file (in --repo, else in the current "
+        "directory)."
+    ),
 ]
 RepoOption = Annotated[
     Path | None,
     typer.Option(help="Repository checkout the suite imports its kernels from."),
+]
+SrcOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Source root inside --repo, put on sys.path before it (src for a src/ layout)."
+    ),
 ]
 SeedOption = Annotated[int, typer.Option(help="Seed for the random inputs.")]
 
@@ -60,3 +72,9 @@ SavePinsOption = Annotated[
         help="Write the configs this run used (check: verified; bench: timed) as a pin file.",
     ),
 ]
+
+
+def suite_ref(suite: str, repo: Path | None, src: str | None) -> SuiteRef:
+    """The suite that ``--suite``, ``--repo`` and ``--src`` name together (``suite.locate``:
+    a relative ``--suite`` only the current directory has is that file)."""
+    return SuiteRef(locate(suite, repo), str(repo) if repo is not None else None, src)

@@ -23,9 +23,11 @@ from kernelwatch.cli.arguments import (
     RepoOption,
     SavePinsOption,
     SeedOption,
+    SrcOption,
     SuiteOption,
     TimeoutOption,
     WorkloadOption,
+    suite_ref,
 )
 from kernelwatch.cli.console import (
     fail,
@@ -36,7 +38,7 @@ from kernelwatch.cli.console import (
     stream_records,
 )
 from kernelwatch.harness.records import Measurement
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
+from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import (
     BenchRequest,
     SelectionUnavailable,
@@ -55,6 +57,7 @@ def bench(
     dtype: DtypesOption = None,
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
+    src: SrcOption = None,
     seed: SeedOption = 0,
     timer: Annotated[
         str, typer.Option(help="auto, cuda-events, cuda-graph or cpu-perf-counter.")
@@ -92,7 +95,7 @@ def bench(
         pins=read_pins(pin),
     )
     request = BenchRequest(
-        suite=SuiteRef(suite, str(repo) if repo is not None else None),
+        suite=suite_ref(suite, repo, src),
         kernels=tuple(kernel or ()),
         workload=workload,
         dtypes=tuple(dtype or ()),

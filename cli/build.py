@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -30,8 +31,10 @@ from kernelwatch.cli.arguments import (
     JsonOption,
     KernelOption,
     RepoOption,
+    SrcOption,
     SuiteOption,
     WorkloadOption,
+    suite_ref,
 )
 from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import fail, output_console, progress, stderr
@@ -46,7 +49,13 @@ from kernelwatch.harness.build.stage import (
     run_build,
 )
 from kernelwatch.harness.records import BuildMetrics
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
+from kernelwatch.harness.suite import (
+    BUILTIN_SUITE,
+    SuiteRef,
+    at_checkout,
+    in_repository,
+    is_file_target,
+)
 from kernelwatch.harness.worktree import RevisionError, checkout
 
 _ARCHS = ",".join(DEFAULT_ARCHS)
@@ -70,6 +79,7 @@ def build(
     workload: WorkloadOption = DEFAULT_WORKLOAD,
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
+    src: SrcOption = None,
     workers: WorkersOption = _WORKERS,
     no_cache: NoCacheOption = False,
     json_lines: JsonOption = False,
@@ -79,7 +89,7 @@ def build(
     Exit 0 when everything compiled, 1 when any build failed, 2 on bad input.
     """
     request = _request(arch, kernel, dtype, workload, workers, no_cache)
-    result = _build_rev(request, suite, repo, rev, "build")
+    result = _build_rev(request, suite_ref(suite, repo, src), rev, "build")
     if json_lines:
         for record in result.records:
             sys.stdout.write(record.dumps() + "\n")
@@ -104,6 +114,7 @@ def build_diff(
     workload: WorkloadOption = DEFAULT_WORKLOAD,
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
+    src: SrcOption = None,
     max_instruction_growth: Annotated[
         float | None,
         typer.Option(
@@ -131,8 +142,9 @@ def build_diff(
             fail(f"--max-instruction-growth: {exc}", code=2)
         thresholds = Thresholds(static=rules)
     request = _request(arch, kernel, dtype, workload, workers, no_cache)
-    before = _build_rev(request, suite, repo, base, "base")
-    after = _build_rev(request, suite, repo, head, "head", fatal_code=1)
+    ref = suite_ref(suite, repo, src)
+    before = _build_rev(request, ref, base, "base")
+    after = _build_rev(request, ref, head, "head", fatal_code=1)
     findings = diff_builds(before.records, after.records, thresholds)
     if json_lines:
         for finding in findings:
@@ -173,8 +185,7 @@ def _request(
 
 def _build_rev(
     request: BuildRequest,
-    suite: str,
-    repo: Path | None,
+    suite: SuiteRef,
     rev: str | None,
     label: str,
     fatal_code: int = 2,
@@ -182,7 +193,7 @@ def _build_rev(
     """Build ``rev`` of the suite (the files on disk when None). A suite that cannot be
     loaded exits ``fatal_code``: bad input at the base, a regression at the head."""
     try:
-        with _suite_at(suite, repo, rev) as ref, progress() as bar_ui:
+        with _suite_at(suite, rev) as ref, progress() as bar_ui:
             bar = bar_ui.add_task(f"{label}: importing the suite", total=None)
 
             def on_plan(n: int) -> None:
@@ -200,15 +211,36 @@ def _build_rev(
 
 
 @contextlib.contextmanager
-def _suite_at(suite: str, repo: Path | None, rev: str | None) -> Iterator[SuiteRef]:
-    """The suite reference to build: from a worktree of ``rev`` when one is given."""
+def _suite_at(suite: SuiteRef, rev: str | None) -> Iterator[SuiteRef]:
+    """The suite reference to build: from a worktree of ``rev`` when one is given, where a
+    suite file inside the repository is that revision's. A ``--repo`` below the top of its
+    git repository (``checkout/src``) stands for the same place in the worktree."""
     if rev is None:
-        yield SuiteRef(suite, str(repo) if repo is not None else None)
+        yield suite
         return
-    if repo is None and suite != BUILTIN_SUITE:
-        raise RevisionError(f"--rev needs --repo: which repository is {suite!r} in?")
-    with checkout(repo or _kernelwatch_repo(), rev) as tree:
-        yield SuiteRef(suite, str(tree.path))
+    if suite.root is None and suite.target != BUILTIN_SUITE:
+        raise RevisionError(f"--rev needs --repo: which repository is {suite.target!r} in?")
+    root = Path(suite.root) if suite.root else _kernelwatch_repo()
+    top = _top(root)
+    below = root.resolve().relative_to(top.resolve())
+    target = in_repository(suite.target, root)
+    if is_file_target(target) and not Path(target).is_absolute():
+        target = str(below / target)
+    src = below / suite.src if suite.src else below
+    with checkout(top, rev) as tree:
+        yield at_checkout(target, top, tree.path, None if src == Path() else str(src))
+
+
+def _top(repo: Path) -> Path:
+    """The top of the git repository ``repo`` is in."""
+    proc = None
+    if repo.is_dir():
+        proc = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True
+        )
+    if proc is None or proc.returncode != 0:
+        raise RevisionError(f"{repo} is not a git repository: pass --repo PATH to a checkout")
+    return Path(proc.stdout.strip())
 
 
 def _kernelwatch_repo() -> Path:

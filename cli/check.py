@@ -17,9 +17,11 @@ from kernelwatch.cli.arguments import (
     RepoOption,
     SavePinsOption,
     SeedOption,
+    SrcOption,
     SuiteOption,
     TimeoutOption,
     WorkloadOption,
+    suite_ref,
 )
 from kernelwatch.cli.console import (
     fail,
@@ -30,7 +32,7 @@ from kernelwatch.cli.console import (
     stream_records,
 )
 from kernelwatch.harness.records import CorrectnessResult
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
+from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import (
     CheckRequest,
     SelectionUnavailable,
@@ -48,6 +50,7 @@ def check(
     dtype: DtypesOption = None,
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
+    src: SrcOption = None,
     seed: SeedOption = 0,
     timeout: TimeoutOption = 300.0,
     pin: PinOption = None,
@@ -60,7 +63,7 @@ def check(
     failed or errored, 2 on bad input.
     """
     request = CheckRequest(
-        suite=SuiteRef(suite, str(repo) if repo is not None else None),
+        suite=suite_ref(suite, repo, src),
         kernels=tuple(kernel or ()),
         workload=workload,
         dtypes=tuple(dtype or ()),

@@ -18,6 +18,7 @@ from kernelwatch.cli import (
     demo,
     deploy,
     detect,
+    init,
     nightly,
     pr_check,
     regressions,
@@ -31,6 +32,7 @@ from kernelwatch.harness.sandbox import SandboxError
 
 #: In the order ``kernelwatch --help`` lists them.
 COMMAND_MODULES = (
+    init,
     check,
     bench,
     selfcheck,

@@ -15,10 +15,17 @@ import typer
 from rich.text import Text
 
 from kernelwatch.cli.app import app
-from kernelwatch.cli.arguments import KernelOption, RepoOption, SuiteOption, seconds
+from kernelwatch.cli.arguments import (
+    KernelOption,
+    RepoOption,
+    SrcOption,
+    SuiteOption,
+    seconds,
+    suite_ref,
+)
 from kernelwatch.cli.console import fail, progress, stderr
 from kernelwatch.cli.selfcheck_stages import ChildBackend, SelfcheckPlan, run_selfcheck_stages
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
+from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import SelectionUnavailable
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "incomplete": "yellow", "skipped": "dim"}
@@ -39,6 +46,7 @@ def selfcheck(
     ] = "smoke",
     suite: SuiteOption = BUILTIN_SUITE,
     repo: RepoOption = None,
+    src: SrcOption = None,
     budget: Annotated[
         float | None,
         typer.Option(
@@ -58,7 +66,7 @@ def selfcheck(
     Writes JSON and summary.md into OUT/<gpu>-<date>/ as each stage finishes. Exit 0 when
     every question passed, 1 when any failed or could not be settled, 2 on bad input."""
     plan = SelfcheckPlan(
-        suite=SuiteRef(suite, str(repo) if repo is not None else None),
+        suite=suite_ref(suite, repo, src),
         check_workload=check_workload,
         deadline_s=deadline,
     )

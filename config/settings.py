@@ -45,7 +45,12 @@ class RepositoryConfig:
     source: str
     """A local checkout, or a git URL (cloned into the cache)."""
     suite: str
-    """A module in the repository, or a path to a suite file in it."""
+    """A module in the repository, or a path to a suite file: relative to the repository
+    (or absolute inside it), it is read from each revision's checkout; an absolute path
+    outside the repository is the same file for every revision."""
+    src: str = ""
+    """The source root inside the repository (``src`` in a src/ layout), put on
+    ``sys.path`` before the repository's top. Empty: the top alone."""
     branch: str = "main"
     """The branch the nightly follows."""
     workload: str = "smoke"

@@ -25,11 +25,12 @@ from kernelwatch.harness.records import (
     Measurement,
     RunInfo,
 )
-from kernelwatch.harness.suite import SuiteRef
+from kernelwatch.harness.suite import SuiteRef, at_checkout
 from kernelwatch.harness.supervise import (
     ABRequest,
     BenchRequest,
     CheckRequest,
+    died,
     run_ab,
     run_benches,
     run_checks,
@@ -40,8 +41,9 @@ from kernelwatch.store.runfile import Run, RunRecord
 
 
 def suite_at(repo: RepositoryConfig, checkout: Path) -> SuiteRef:
-    """The repository's suite as imported from one checkout."""
-    return SuiteRef(repo.suite, str(checkout))
+    """The repository's suite as imported from one checkout: a suite file inside the
+    repository is that checkout's, even when configured by its absolute path."""
+    return at_checkout(repo.suite, Path(repo.source).expanduser(), checkout, repo.src or None)
 
 
 def build_stage(
@@ -79,12 +81,14 @@ def check_stage(
 
 
 def buildable_kernels(checks: Iterable[CorrectnessResult]) -> tuple[str, ...]:
-    """The kernels worth cross-compiling: all but those whose host code crashed, hung or
-    raised in the check. Recording a kernel's launches for the build runs that host code
-    again, and one crash there would cost every kernel's build; a wrong result is still
-    built, since its static metrics may explain it."""
-    errored = {c.case.kernel for c in checks if c.verdict == "error"}
-    return tuple(dict.fromkeys(c.case.kernel for c in checks if c.case.kernel not in errored))
+    """The kernels worth cross-compiling: all but those whose host code crashed the check's
+    process or hung in it. Recording a kernel's launches for the build runs that host code
+    again, and one crash there would cost every kernel's build. A case that raised costs
+    only its own dtype's build (the build records that failure), and a wrong result is
+    still built, since its static metrics may explain it."""
+    checks = list(checks)
+    dead = {c.case.kernel for c in checks if c.verdict == "error" and died(c)}
+    return tuple(dict.fromkeys(c.case.kernel for c in checks if c.case.kernel not in dead))
 
 
 def timed_kernels(checks: Iterable[CorrectnessResult]) -> tuple[str, ...]:

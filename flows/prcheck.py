@@ -2,8 +2,9 @@
 a verdict per case, the static diff, a markdown comment and an HTML report.
 
 Result: 0 no regression, 1 regression (a case SLOWER beyond the margin, a static
-regression, or a kernel that fails its check at head), 2 the check itself could not be
-made. Deployed per pool (``prefect.yaml``), run locally by ``kernelwatch pr-check``.
+regression, or a case that fails its check at head and did not at base), 2 the check itself
+could not be made (a suite the check, the build or the A/B stage cannot load). Deployed per
+pool (``prefect.yaml``), run locally by ``kernelwatch pr-check``.
 """
 
 from __future__ import annotations
@@ -70,12 +71,12 @@ def pr_check(
             builds_b = tasks.build(
                 repo, head_sha, b.path, pipeline.buildable_kernels(checks_b), trusted=False
             )
+            passed_a = set(pipeline.timed_kernels(checks_a))
+            kernels = tuple(k for k in pipeline.timed_kernels(checks_b) if k in passed_a)
+            gpus = config.pool(pool).gpus_per_node
+            pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
             return _error(repo.name, base_sha, head_sha, str(exc))
-        passed_a = set(pipeline.timed_kernels(checks_a))
-        kernels = tuple(k for k in pipeline.timed_kernels(checks_b) if k in passed_a)
-        gpus = config.pool(pool).gpus_per_node
-        pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
     side_a, side_b = pipeline.split_ab(pairs)
     run_a = pipeline.assemble(
         context, commit_info(path, base_sha), [*builds_a, *checks_a, *side_a], started

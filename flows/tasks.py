@@ -105,6 +105,7 @@ def _build_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
         repo.name,
         parameters["sha"],
         repo.suite,
+        repo.src,
         ",".join(repo.archs),
         ",".join(parameters["kernels"]),
         ",".join(repo.dtypes),

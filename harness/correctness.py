@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelwatch.harness import launcher
 from kernelwatch.harness.device import Device, software_info
 from kernelwatch.harness.records import CaseId, CorrectnessResult, LaunchConfig, SoftwareInfo
 from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Params
@@ -226,10 +227,8 @@ def _launch(
     run: int,
     device: Device,
 ) -> tuple[dict[str, torch.Tensor], LaunchConfig]:
-    outputs = spec.make_outputs(inputs, params)
-    for out in outputs.values():
-        out.fill_(poisons(out.dtype)[run].item())
-    used = spec.launch(inputs, outputs, params, config)
+    bound = launcher.bind(spec, inputs, params, lambda dtype: poisons(dtype)[run].item())
+    outputs, used = launcher.launch(spec, bound, params, config)
     device.synchronize()
     return {name: out.detach().clone() for name, out in outputs.items()}, used
 

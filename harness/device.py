@@ -41,7 +41,8 @@ class Device:
 
 
 def select_device() -> Device:
-    """Pick CUDA if available, else switch Triton to its interpreter.
+    """Pick CUDA if available, else switch Triton to its interpreter (with kernelwatch's
+    fixes, ``interpreter.py``).
 
     Must run before anything imports Triton: ``TRITON_INTERPRET`` is read at import time.
     """
@@ -67,6 +68,9 @@ def select_device() -> Device:
             "call select_device() first"
         )
     os.environ["TRITON_INTERPRET"] = "1"
+    from kernelwatch.harness.interpreter import patch_interpreter
+
+    patch_interpreter()  # float arguments and libdevice as the GPU compiler has them
     info = DeviceInfo(
         kind="cpu",
         name=_cpu_name(),
@@ -87,8 +91,9 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def software_info() -> SoftwareInfo:
-    """Versions of kernelwatch, Python, torch, Triton, CUDA and the driver (None if absent)."""
+def software_info(suite_source: str | None = None) -> SoftwareInfo:
+    """Versions of kernelwatch, Python, torch, Triton, CUDA and the driver (None if absent),
+    and the suite's source (``suite.source_of``) when one was imported."""
     import torch
 
     def version(dist: str) -> str:
@@ -104,6 +109,7 @@ def software_info() -> SoftwareInfo:
         triton=version("triton"),
         cuda=torch.version.cuda,
         driver=_driver_version() if torch.cuda.is_available() else None,
+        suite_source=suite_source,
     )
 
 

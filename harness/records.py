@@ -48,6 +48,12 @@ class LaunchConfig:
     num_warps: int = 4
     num_stages: int = 2
 
+    def __post_init__(self) -> None:
+        for name in ("num_warps", "num_stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"LaunchConfig.{name} must be an int >= 1, got {value!r}")
+
     def label(self) -> str:
         """A short stable text such as ``BLOCK_M=64,BLOCK_N=64,w4,s3``."""
         parts = [f"{k}={v}" for k, v in sorted(self.meta.items())]
@@ -60,7 +66,9 @@ class LaunchConfig:
 
 @dataclass(frozen=True)
 class SoftwareInfo:
-    """Versions of everything between the kernel source and the hardware."""
+    """Versions of everything between the kernel source and the hardware. ``suite_source``
+    is the suite file the runner imported and the revision of the checkout it came from
+    (``kernelwatch_suite.py @ 3f2a9c01d2e4``; the path alone outside a git checkout)."""
 
     kernelwatch: str
     python: str
@@ -68,6 +76,7 @@ class SoftwareInfo:
     triton: str
     cuda: str | None
     driver: str | None
+    suite_source: str | None = None
 
 
 @dataclass(frozen=True)

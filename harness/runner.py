@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # kernel-side modules are imported only after the device is c
     from kernelwatch.harness.distributed.ranks import Ranks
     from kernelwatch.harness.records import SoftwareInfo
     from kernelwatch.harness.spec import Suite
-    from kernelwatch.harness.suite import Task
+    from kernelwatch.harness.suite import Loaded, Task
     from kernelwatch.harness.timing.case import BenchSession
 
     RunCase = Callable[[Task], CorrectnessResult | Measurement | ABMeasurement]
@@ -72,7 +72,8 @@ def main() -> int:
     from kernelwatch.harness.suite import SelectionError, SuiteLoadError
 
     try:
-        suites = load_suites(plan)
+        loaded = load_suites(plan)
+        suites = [one.suite for one in loaded]
         suite = suites[0]
         if mode == "selfcheck":
             _selfcheck(plan, suite, device, emit)
@@ -84,10 +85,11 @@ def main() -> int:
     except SelectionError as exc:
         emit({"event": "fatal", "kind": "selection", "message": str(exc)})
         return EXIT_FATAL
-    software = software_info()
+    # Each side's records name the suite file and revision it imported.
+    software = [software_info(one.source) for one in loaded]
     from kernelwatch.harness.distributed.ranks import Ranks
 
-    ranks = Ranks(plan, device.info, software, starting=lambda: emit({"event": "starting"}))
+    ranks = Ranks(plan, device.info, software[0], starting=lambda: emit({"event": "starting"}))
     ranks.size = _largest_world(suites, tasks, ranks)
     run_case, method = _case_runner(plan, suites, device, software, emit, ranks)
     if run_case is None:
@@ -98,7 +100,7 @@ def main() -> int:
             "suite": suite.name,
             "tasks": [t.to_json() for t in tasks],
             "device": asdict(device.info),
-            "software": asdict(software),
+            "software": asdict(software[0]),
             "method": method,
         }
     )
@@ -163,22 +165,22 @@ def _largest_world(suites: list[Suite], tasks: list[Task], ranks: Ranks) -> int:
     return max(sizes)
 
 
-def load_suites(plan: dict[str, Any]) -> list[Suite]:
+def load_suites(plan: dict[str, Any]) -> list[Loaded]:
     """The plan's suite, and in ``ab`` mode B's beside it (A's checkout forgotten first, so
     both may use the same package names). Raises SuiteLoadError naming the side."""
     from kernelwatch.harness.suite import (
         SuiteLoadError,
         SuiteRef,
-        load_suite,
+        import_suite,
         load_suite_isolated,
     )
 
     if plan.get("mode") != "ab":
-        return [load_suite(SuiteRef.from_json(plan["suite"]))]
+        return [import_suite(SuiteRef.from_json(plan["suite"]))]
     suites = []
     for side, load, data in (
         ("A", load_suite_isolated, plan["suite"]),
-        ("B", load_suite, plan["suite_b"]),
+        ("B", import_suite, plan["suite_b"]),
     ):
         ref = SuiteRef.from_json(data)
         try:
@@ -206,16 +208,18 @@ def _case_runner(
     plan: dict[str, Any],
     suites: list[Suite],
     device: Device,
-    software: SoftwareInfo,
+    sides: list[SoftwareInfo],
     emit: Emit,
     ranks: Ranks,
 ) -> tuple[RunCase | None, dict[str, Any] | None]:
     """The function that turns one task into a record, for the plan's mode, and the timing
     method (bench, ab) as JSON. (None, None) after emitting a fatal event for a bad request.
-    A distributed case goes to its world's ``ranks``."""
+    ``sides`` is the software of each suite (A and B in ``ab`` mode); a distributed case goes
+    to its world's ``ranks``."""
     from kernelwatch.harness.spec import DistributedSpec
 
     seed = int(plan["seed"])
+    software = sides[0]
     suite = suites[0]
     mode = plan.get("mode", "check")
     if mode == "check":
@@ -246,7 +250,7 @@ def _case_runner(
         return None, None
     ranks.method = session.method
     if mode == "ab":
-        return _ab_runner(session, suites, seed, ranks), asdict(session.method)
+        return _ab_runner(session, suites, sides, seed, ranks), asdict(session.method)
 
     def bench(task: Task) -> Measurement:
         spec = suite.kernel(task.kernel)
@@ -282,7 +286,9 @@ def _open_session(
     return session
 
 
-def _ab_runner(session: BenchSession, suites: list[Suite], seed: int, ranks: Ranks) -> RunCase:
+def _ab_runner(
+    session: BenchSession, suites: list[Suite], sides: list[SoftwareInfo], seed: int, ranks: Ranks
+) -> RunCase:
     from kernelwatch.harness.spec import DistributedSpec
     from kernelwatch.harness.suite import lacks
     from kernelwatch.harness.timing.ab import ABSession
@@ -302,7 +308,7 @@ def _ab_runner(session: BenchSession, suites: list[Suite], seed: int, ranks: Ran
                 a.name, task, f"one side declares {task.kernel!r} distributed, the other not"
             )
         return session.measure_pair(
-            a.kernel(task.kernel), b.kernel(task.kernel), a.name, task, seed
+            a.kernel(task.kernel), b.kernel(task.kernel), a.name, task, seed, (sides[0], sides[1])
         )
 
     return ab

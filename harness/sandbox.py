@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelwatch.harness.suite import SuiteRef
+from kernelwatch.harness.suite import SuiteRef, revision_of
 
 USER_ENV = "KERNELWATCH_SANDBOX_USER"
 DEFAULT_USER = "kernelwatch-sandbox"
@@ -126,17 +126,24 @@ class Sandbox:
     def suite(self, ref: SuiteRef) -> SuiteRef:
         """``ref`` as the child can import it: absolute paths (the child's working directory
         is its private home), each directory copied into the private directory when the
-        sandbox user cannot read it where it is."""
+        sandbox user cannot read it where it is. ``src`` stays relative to the root it was
+        given for; without a root it was relative to this directory and becomes absolute."""
         root = self._readable(Path(ref.root)) if ref.root else None
+        revision = revision_of(Path(ref.root)) if ref.root else None
+        src = ref.src
+        if src is not None and root is None:
+            src = str(self._readable(Path(src).resolve()))
         if not ref.is_file:
-            return SuiteRef(ref.target, str(root) if root else None)
+            return SuiteRef(ref.target, str(root) if root else None, src, revision)
         path = Path(ref.target)
         if not path.is_absolute():
             path = Path(ref.root or Path.cwd()) / path
         path = path.resolve()
         if ref.root and root and path.is_relative_to(Path(ref.root).resolve()):
-            return SuiteRef(str(root / path.relative_to(Path(ref.root).resolve())), str(root))
-        return SuiteRef(str(self._readable(path.parent) / path.name), str(root) if root else None)
+            target = root / path.relative_to(Path(ref.root).resolve())
+            return SuiteRef(str(target), str(root), src, revision)
+        target = self._readable(path.parent) / path.name
+        return SuiteRef(str(target), str(root) if root else None, src, revision)
 
     def _readable(self, directory: Path) -> Path:
         source = directory.resolve()

@@ -30,6 +30,7 @@ __all__ = [
     "Comm",
     "CommBaseline",
     "DistributedSpec",
+    "InPlace",
     "KernelSpec",
     "KernelUnsupported",
     "LaunchConfig",
@@ -65,9 +66,25 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class KernelUnsupported(Exception):
-    """Raised by a spec's ``launch`` when this device cannot run the kernel at all (a CUDA C++
-    kernel on the CPU): the case is reported ``unsupported`` with the message as its reason,
-    never as a pass or an error."""
+    """Raised by a spec's ``launch`` (or ``call``) when this device cannot run the case at
+    all (a CUDA C++ kernel on the CPU, a libdevice function the interpreter lacks): the case
+    is reported ``unsupported`` with the message as its reason, never as a pass or an
+    error."""
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """An output the kernel writes into one of its inputs (``KernelSpec.inplace``).
+
+    Before every launch the harness copies ``input`` into a fresh buffer (untimed), which the
+    launch receives as that input and as the output. ``overwritten(inputs, params)`` returns
+    a boolean mask of the buffer's elements the kernel must write without reading them; they
+    are poisoned like any output, so one the kernel skips is reported never written. Without
+    it nothing is poisoned (the kernel reads every element it writes).
+    """
+
+    input: str
+    overwritten: Callable[[Tensors, Params], torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,11 @@ class KernelSpec:
       ``None`` to let the kernel choose (autotune or heuristics), or a pinned point of
       ``configs``. Returns the config actually used (block sizes, warps, stages), which
       becomes part of the result's provenance.
+    - ``call(inputs, params)``: instead of ``make_outputs`` and ``launch``, the repository's
+      own entry point (a host wrapper that allocates its outputs and picks its launch
+      config); returns the outputs it allocated by name. The Triton launches it makes are
+      observed for the record's config and recorded for the build stage.
+    - ``inplace``: outputs the kernel writes into its inputs, by output name (:class:`InPlace`).
     - ``reference(inputs, params)``: the expected outputs; called with every floating-point
       input converted to float64.
     """
@@ -107,8 +129,12 @@ class KernelSpec:
     name: str
     summary: str
     make_inputs: Callable[[Params, torch.dtype, torch.device, torch.Generator], dict[str, Any]]
-    make_outputs: Callable[[Tensors, Params], dict[str, torch.Tensor]]
-    launch: Callable[[Tensors, Tensors, Params, LaunchConfig | None], LaunchConfig]
+    make_outputs: Callable[[Tensors, Params], dict[str, torch.Tensor]] | None = field(
+        default=None, kw_only=True
+    )
+    launch: Callable[[Tensors, Tensors, Params, LaunchConfig | None], LaunchConfig] | None = field(
+        default=None, kw_only=True
+    )
     reference: Callable[[Tensors, Params], dict[str, torch.Tensor]]
     baseline: Baseline
     workloads: Mapping[str, tuple[Params, ...]]
@@ -119,6 +145,8 @@ class KernelSpec:
     configs: tuple[LaunchConfig, ...] = ()
     pinned_config: LaunchConfig | None = None
     deterministic: bool = True
+    call: Callable[[Tensors, Params], Mapping[str, torch.Tensor]] | None = None
+    inplace: Mapping[str, InPlace] = field(default_factory=dict)
 
     def cases(self, workload: str) -> tuple[Params, ...]:
         """The cases of one named workload; raises ``KeyError`` naming the valid ones."""
@@ -283,8 +311,25 @@ def _validate_spec(spec: KernelSpec | DistributedSpec) -> list[str]:
             bad = {k: v for k, v in case.items() if not isinstance(v, ParamValue)}
             if bad:
                 problems.append(f"workload {workload!r}: case params {bad} are not scalars")
-    if isinstance(spec, KernelSpec) and spec.configs and spec.pinned_config is None:
+    if isinstance(spec, KernelSpec):
+        problems.extend(_validate_launch(spec))
+    return problems
+
+
+def _validate_launch(spec: KernelSpec) -> list[str]:
+    problems = []
+    if spec.configs and spec.pinned_config is None:
         problems.append("has autotune configs but no pinned_config for devices that cannot tune")
+    if (spec.launch is None) == (spec.call is None):
+        problems.append("needs exactly one of launch (with make_outputs) and call")
+    elif spec.launch is not None and spec.make_outputs is None and not spec.inplace:
+        problems.append("has launch but neither make_outputs nor inplace outputs")
+    elif spec.call is not None and (spec.make_outputs is not None or spec.configs):
+        problems.append("has call, which allocates its outputs and picks its config itself: "
+                        "drop make_outputs and configs")  # fmt: skip
+    bad_inplace = [n for n, v in spec.inplace.items() if not isinstance(v, InPlace)]
+    if bad_inplace:
+        problems.append(f"inplace outputs {bad_inplace} must be InPlace(input=...)")
     return problems
 
 

@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,24 +34,105 @@ class SuiteRef:
     """Where a suite lives.
 
     ``target`` is a dotted module name (``kernelwatch.kernels``, ``mykernels.suite``) or a path
-    to a ``.py`` file. ``root`` is the repository checkout whose code the suite imports; it is
-    put first on ``sys.path`` so the kernels come from that checkout, not from whatever is
-    installed. For a file target without a root, the file's directory is used.
+    to a ``.py`` file (relative to ``root``). ``root`` is the repository checkout whose code
+    the suite imports; it is put first on ``sys.path`` so the kernels come from that
+    checkout, not from whatever is installed. For a file target without a root, the file's
+    directory is used. ``src`` is the source root inside the checkout (``src`` in a src/
+    layout), put on ``sys.path`` before ``root``. ``revision`` is the commit checked out at
+    ``root`` when the process that made the reference knew it (a sandbox's copy of a checkout
+    has no ``.git``, and its user could not read the original's).
     """
 
     target: str = BUILTIN_SUITE
     root: str | None = None
+    src: str | None = None
+    revision: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "root": self.root}
+        return {
+            "target": self.target,
+            "root": self.root,
+            "src": self.src,
+            "revision": self.revision,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SuiteRef:
-        return cls(data["target"], data.get("root"))
+        return cls(data["target"], data.get("root"), data.get("src"), data.get("revision"))
 
     @property
     def is_file(self) -> bool:
-        return self.target.endswith(".py") or "/" in self.target
+        return is_file_target(self.target)
+
+
+def is_file_target(target: str) -> bool:
+    """Whether a suite target names a file (else a dotted module)."""
+    return target.endswith(".py") or "/" in target
+
+
+def locate(target: str, repository: Path | None, cwd: Path | None = None) -> str:
+    """A suite target as a person typed it, made unambiguous: a relative file path names a
+    file in ``repository``; when the repository has no such file but the current directory
+    does, that file is meant, by its absolute path (the repository's own files stay
+    relative, so each revision reads its own). Module names and absolute paths are kept."""
+    path = Path(target)
+    if not is_file_target(target) or path.is_absolute() or repository is None:
+        return target
+    here = (cwd or Path.cwd()) / path
+    if (repository / path).is_file() or not here.is_file():
+        return target
+    return in_repository(str(here.resolve()), repository)
+
+
+def in_repository(target: str, repository: Path) -> str:
+    """An absolute suite file path inside ``repository`` as a path relative to it, so it is
+    read from whichever checkout of the repository a run imports from; anything else as it
+    is (a suite kept outside the repository is the same file for every revision)."""
+    path = Path(target)
+    if not (is_file_target(target) and path.is_absolute()):
+        return target
+    try:
+        return str(path.resolve().relative_to(repository.resolve()))
+    except ValueError:
+        return target
+
+
+def at_checkout(target: str, repository: Path, checkout: Path, src: str | None) -> SuiteRef:
+    """The suite ``target``, configured for ``repository``, as imported from ``checkout`` (a
+    worktree of one of its revisions): a suite file inside the repository, relative or by
+    its absolute path there, is read from the checkout."""
+    return SuiteRef(in_repository(target, repository), str(checkout), src)
+
+
+def source_of(path: Path) -> str:
+    """Which file was imported, and from which revision: ``path`` relative to its git
+    repository's top with the checkout's commit (``suite.py @ 3f2a9c01d2e4``), or the path
+    alone outside a repository."""
+    top = _git(path.parent, "rev-parse", "--show-toplevel")
+    sha = revision_of(path.parent)
+    if top is None or sha is None:
+        return str(path)
+    return f"{path.resolve().relative_to(Path(top).resolve())} @ {sha[:12]}"
+
+
+def revision_of(directory: Path) -> str | None:
+    """The commit checked out in the git repository holding ``directory``; None outside one
+    (or when ``directory`` is missing: the import reports that)."""
+    return _git(directory, "rev-parse", "HEAD") if directory.is_dir() else None
+
+
+def _source(file: Path, ref: SuiteRef) -> str:
+    """``source_of(file)``, or, for a file under a root whose revision ``ref`` carries, the
+    same form from what the reference says (git cannot tell inside a sandbox's copy)."""
+    root = Path(ref.root).resolve() if ref.root else None
+    if ref.revision and root is not None and file.resolve().is_relative_to(root):
+        return f"{file.resolve().relative_to(root)} @ {ref.revision[:12]}"
+    return source_of(file)
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 @dataclass(frozen=True)
@@ -79,20 +161,42 @@ class Task:
         )
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """An imported suite, and ``source``: the file and revision it was imported from
+    (:func:`source_of`), kept in every record's provenance."""
+
+    suite: Suite
+    source: str
+
+
 def load_suite(ref: SuiteRef) -> Suite:
     """Import the suite ``ref`` points at. Call only in a process that may run kernel code."""
+    return import_suite(ref).suite
+
+
+def import_suite(ref: SuiteRef) -> Loaded:
+    """Import the suite ``ref`` points at, and say where from. Call only in a process that
+    may run kernel code."""
     from kernelwatch.harness.spec import Suite
 
     root = Path(ref.root).resolve() if ref.root else None
     if root is not None and not (os.access(root, os.R_OK | os.X_OK) and root.is_dir()):
         # Missing, or out of the sandbox user's reach: either way nothing to import.
         raise SuiteLoadError(f"suite root {ref.root!r} is not a directory this process can read")
+    src = (root or Path.cwd()) / ref.src if ref.src else None
+    if src is not None and not src.is_dir():
+        raise SuiteLoadError(
+            f"source root {ref.src!r} is not a directory in {root or Path.cwd()}; "
+            "pass --src (or `src` in kernelwatch.toml) relative to the repository"
+        )
     try:
         if ref.is_file:
-            module = _import_file(ref.target, root)
+            file = _suite_file(ref.target, root)
+            _prepend(src, root or file.parent)
+            module = _import_file(file)
         else:
-            if root is not None:
-                sys.path.insert(0, str(root))
+            _prepend(src, root)
             module = importlib.import_module(ref.target)
     except SuiteLoadError:
         raise
@@ -105,10 +209,11 @@ def load_suite(ref: SuiteRef) -> Suite:
             f"suite module {ref.target!r} has no SUITE of type kernelwatch.harness.spec.Suite "
             f"(found {type(suite).__name__}); see docs/SUITES.md"
         )
-    return suite
+    file = getattr(module, "__file__", None)
+    return Loaded(suite, _source(Path(file), ref) if file else ref.target)
 
 
-def load_suite_isolated(ref: SuiteRef) -> Suite:
+def load_suite_isolated(ref: SuiteRef) -> Loaded:
     """Import the suite ``ref`` points at, then forget its checkout: take the directories
     the import put on ``sys.path`` off again, and drop from ``sys.modules`` every module it
     brought in from them. Another checkout whose code uses the same package names (the same
@@ -117,14 +222,20 @@ def load_suite_isolated(ref: SuiteRef) -> Suite:
     time, from the forgotten checkout fails there, as that case's error.
     """
     modules_before, path_before = set(sys.modules), list(sys.path)
-    suite = load_suite(ref)
+    loaded = import_suite(ref)
     added = {Path(p).resolve() for p in set(sys.path) - set(path_before)}
+    # Decide every module before dropping any: a namespace package's __path__ is recomputed
+    # from its parent's, which must still be there (and sys.path as the import left it).
+    forgotten = [
+        name
+        for name in set(sys.modules) - modules_before
+        if any(_lives_under(sys.modules[name], directory) for directory in added)
+    ]
     sys.path[:] = path_before
-    for name in set(sys.modules) - modules_before:
-        if any(_lives_under(sys.modules[name], directory) for directory in added):
-            del sys.modules[name]
+    for name in forgotten:
+        del sys.modules[name]
     importlib.invalidate_caches()
-    return suite
+    return loaded
 
 
 def _lives_under(module: Any, directory: Path) -> bool:
@@ -133,13 +244,21 @@ def _lives_under(module: Any, directory: Path) -> bool:
     return any(f and Path(f).resolve().is_relative_to(directory) for f in files)
 
 
-def _import_file(target: str, root: Path | None) -> Any:
+def _prepend(*directories: Path | None) -> None:
+    """Put ``directories`` first on ``sys.path``, in their order."""
+    sys.path[0:0] = [str(d) for d in directories if d is not None]
+
+
+def _suite_file(target: str, root: Path | None) -> Path:
     path = Path(target)
     if not path.is_absolute():
         path = (root or Path.cwd()) / path
     if not path.is_file():
         raise SuiteLoadError(f"suite file {str(path)!r} does not exist")
-    sys.path.insert(0, str(root or path.parent))
+    return path
+
+
+def _import_file(path: Path) -> Any:
     # A unique module name per file, so two checkouts' suites never shadow each other.
     name = "kernelwatch_suite_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(name, path)

@@ -389,6 +389,17 @@ def _take_plan(ctx: _Context, event: dict[str, Any]) -> None:
     ctx.method = Method(**event["method"]) if event.get("method") else None
 
 
+#: How the reason of a case begins when its child process died or hung in it (``death``,
+#: ``_run_child``); a case that raised has ``Type: message`` instead.
+DIED = ("died of signal", "exited with code", "timed out after")
+
+
+def died(record: CorrectnessResult | Measurement | ABMeasurement) -> bool:
+    """Whether the child process running ``record``'s case died or hung in it, as opposed
+    to the kernel raising (which the child survived)."""
+    return record.reason.startswith(DIED)
+
+
 def _failure(
     request: CheckRequest, ctx: _Context, index: int, reason: str, stderr_tail: str
 ) -> Outcome:

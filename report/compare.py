@@ -3,12 +3,14 @@
 ``comparison_from_runs`` reads both runs from the store; ``compare_runs`` is the pure part:
 per case in both runs the A/B verdict on the stored raw samples (``analysis.verdict``),
 static regressions between the two runs' builds (``analysis.static_diff``), correctness
-failures at head, and what kept a case or the whole comparison from being judged. Each case
+failures at head that the base did not have, and what kept a case or the whole comparison
+from being judged. Each case
 and build is judged by its kernel's thresholds (``analysis.thresholds``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
@@ -33,6 +35,8 @@ from kernelwatch.store.report_queries import (
 )
 
 Outcome = Literal[0, 1, 2]
+#: The correctness verdicts that count as failures.
+FAILED = ("fail", "error")
 _DEFAULT = Thresholds()
 
 
@@ -67,7 +71,9 @@ class RunSide:
 class Comparison:
     """Head against base. ``problem`` is set when the comparison itself could not be made
     (nothing in common, different device models); ``notes`` qualify one that was made (a
-    kernel judged by thresholds of its own among them)."""
+    kernel judged by thresholds of its own among them). ``correctness_failures`` are the
+    cases that fail or error at head but not at base; ``already_failing`` those that
+    failed at base too (shown, not blamed on the head)."""
 
     base: RunHeader
     head: RunHeader
@@ -79,6 +85,7 @@ class Comparison:
     correctness_failures: tuple[CorrectnessRow, ...]
     problem: str
     notes: tuple[str, ...]
+    already_failing: tuple[CorrectnessRow, ...] = ()
 
     def with_verdict(self, name: str) -> list[CaseComparison]:
         """The cases with verdict ``name`` (``ERROR``: not compared), worst first: by the
@@ -146,7 +153,8 @@ def compare_runs(base: RunSide, head: RunSide, thresholds: Thresholds = _DEFAULT
         for m in base.measurements
         if m.series_key in head_by_key
     )
-    failures = tuple(c for c in head.correctness if c.verdict in ("fail", "error"))
+    failed_at_base = {_case(c) for c in base.correctness if c.verdict in FAILED}
+    failed = [c for c in head.correctness if c.verdict in FAILED]
     return Comparison(
         base=base.header,
         head=head.header,
@@ -155,10 +163,15 @@ def compare_runs(base: RunSide, head: RunSide, thresholds: Thresholds = _DEFAULT
         only_base=tuple(m for m in base.measurements if m.series_key not in head_by_key),
         only_head=tuple(m for m in head.measurements if m.series_key not in base_keys),
         static=tuple(diff_builds(base.builds, head.builds, thresholds)),
-        correctness_failures=failures,
+        correctness_failures=tuple(c for c in failed if _case(c) not in failed_at_base),
         problem=_problem(base.header, head.header, cases),
         notes=_notes(base.header, head.header) + _own_thresholds(cases, thresholds),
+        already_failing=tuple(c for c in failed if _case(c) in failed_at_base),
     )
+
+
+def _case(row: CorrectnessRow) -> tuple[str, str, str, str]:
+    return row.kernel, row.workload, json.dumps(row.params, sort_keys=True), row.dtype
 
 
 def _side(conn: psycopg.Connection, run_id: str) -> RunSide:

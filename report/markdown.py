@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from kernelwatch.report import format as fmt
 from kernelwatch.report.compare import CaseComparison, Comparison
+from kernelwatch.store.report_queries import CorrectnessRow
 
 #: GitHub refuses a comment body longer than this many characters.
 GITHUB_LIMIT = 65536
@@ -85,14 +86,9 @@ def _tables(c: Comparison) -> list[_Table]:
     case_columns = ("kernel", "case", "dtype", "ratio", "95% CI", "base", "head")
     return [
         _Table("Slower", "slower cases", case_columns, tuple(_case_row(x) for x in c.slower)),
-        _Table(
-            "Correctness failures at head",
-            "correctness failures",
-            ("kernel", "case", "dtype", "verdict", "reason"),
-            tuple(
-                _row(f.kernel, f.case_label, f.dtype, f.verdict, f.reason)
-                for f in c.correctness_failures
-            ),
+        _checks("Correctness failures at head", "correctness failures", c.correctness_failures),
+        _checks(
+            "Already failing at base (not counted)", "cases failing at base too", c.already_failing
         ),
         _Table(
             "Static regressions",
@@ -121,6 +117,16 @@ def _tables(c: Comparison) -> list[_Table]:
         ),
         _Table("Faster", "faster cases", case_columns, tuple(_case_row(x) for x in c.faster)),
     ]
+
+
+def _checks(title: str, noun: str, rows: tuple[CorrectnessRow, ...]) -> _Table:
+    columns = ("kernel", "case", "dtype", "verdict", "reason")
+    return _Table(
+        title,
+        noun,
+        columns,
+        tuple(_row(f.kernel, f.case_label, f.dtype, f.verdict, f.reason) for f in rows),
+    )
 
 
 def _tail(c: Comparison, report_link: str | None) -> str:

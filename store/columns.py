@@ -121,6 +121,8 @@ def _dataclass_of(hint: Any) -> type | None:
     return next((o for o in options if is_dataclass(o)), None)
 
 
+#: The software fields that identify a run's environment (the ``environments`` table).
+ENVIRONMENT = ("kernelwatch", "python", "torch", "triton", "cuda", "driver")
 _RUN_DEVICE = "the run's device (runs.device_id); kept in extra when it differs"
 _RUN_SOFTWARE = "the run's environment (runs.environment_id); kept in extra when it differs"
 # A distributed case's ranks (GPU UUIDs, NCCL version and environment) and the ranks that
@@ -272,7 +274,7 @@ RUNS = Table(
         read("base_sha", "text", "base_commit"),
         read("pool", "text"),
         given("device_id", "integer", "device"),
-        given("environment_id", "integer", "software"),
+        given("environment_id", "integer", *(f"software.{f}" for f in ENVIRONMENT)),
         read("status", "text"),
         read("started_at", "timestamp with time zone"),
         read("finished_at", "timestamp with time zone"),
@@ -290,6 +292,8 @@ RUNS = Table(
         given("extra", "jsonb"),
     ),
     {},
+    # Which suite file and revision the run imported: its provenance, not its environment.
+    extra=("software.suite_source",),
 )
 
 TABLES = (RUNS, MEASUREMENTS, CORRECTNESS, BUILDS)

@@ -31,7 +31,15 @@ from kernelwatch.harness.records import (
     SoftwareInfo,
 )
 from kernelwatch.store import copyframe
-from kernelwatch.store.columns import BUILDS, CORRECTNESS, RUNS, TABLES, Table, attribute
+from kernelwatch.store.columns import (
+    BUILDS,
+    CORRECTNESS,
+    ENVIRONMENT,
+    RUNS,
+    TABLES,
+    Table,
+    attribute,
+)
 from kernelwatch.store.identity import canonical_params, case_key, series_key
 from kernelwatch.store.measurement_rows import COLUMNS as MEASUREMENT_COLUMNS
 from kernelwatch.store.measurement_rows import rows as measurement_rows
@@ -355,13 +363,8 @@ class Ingester:
 
     def _environment(self, cur: psycopg.Cursor, software: SoftwareInfo) -> int:
         return self._dimension(
-            cur,
-            "environments",
-            {"kernelwatch": software.kernelwatch, "python": software.python,
-             "torch": software.torch, "triton": software.triton, "cuda": software.cuda,
-             "driver": software.driver},
-            {},
-        )  # fmt: skip
+            cur, "environments", {f: getattr(software, f) for f in ENVIRONMENT}, {}
+        )
 
     def _dimension(
         self, cur: psycopg.Cursor, table: str, key: dict[str, Any], other: dict[str, Any]

@@ -40,18 +40,21 @@ def planted_suite_path() -> Path:
     return Path(__file__).parent / "planted" / "broken_suite.py"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def kernelwatch_cli():
-    """Run the real ``kernelwatch`` console script in a subprocess."""
+    """Run the real ``kernelwatch`` console script in a subprocess (``env``: variables set
+    on top of this process's)."""
 
-    def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         exe = Path(sys.executable).with_name("kernelwatch")
         return subprocess.run(
             [str(exe), *args],
             capture_output=True,
             text=True,
             cwd=cwd,
-            env={**os.environ, "COLUMNS": "200"},
+            env={**os.environ, "COLUMNS": "200", **(env or {})},
             timeout=600,
         )
 

@@ -167,8 +167,8 @@ def test_crash_hang_and_nan_on_one_side_cost_only_their_case(demo):
 def test_same_package_name_at_two_commits_loads_side_by_side(demo, device):
     import torch
 
-    good = load_suite_isolated(_ref(demo["good"])).kernel("scale")
-    tripled = load_suite_isolated(_ref(demo["tripled"])).kernel("scale")
+    good = load_suite_isolated(_ref(demo["good"])).suite.kernel("scale")
+    tripled = load_suite_isolated(_ref(demo["tripled"])).suite.kernel("scale")
     x = torch.arange(1.0, 97.0)
     outputs = []
     for spec in (good, tripled):
@@ -187,7 +187,7 @@ def test_a_suite_that_does_not_import_names_its_side(demo, tmp_path):
 
 
 def test_a_case_one_side_lacks_is_named(demo):
-    suite = load_suite_isolated(_ref(demo["good"]))
+    suite = load_suite_isolated(_ref(demo["good"])).suite
     scale = Task("scale", "smoke", {"n": 96}, "fp32", 1e-5)
     assert lacks(suite, scale) is None
     assert lacks(suite, Task("scale", "smoke", {"n": 5}, "fp32", 1e-5)) == (

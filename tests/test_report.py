@@ -21,6 +21,7 @@ from kernelwatch.report.compare import Comparison, RunSide, compare_runs
 from kernelwatch.report.markdown import GITHUB_LIMIT, pr_comment
 from kernelwatch.report.repro import Source, Target, bench_command
 from kernelwatch.store.report_queries import (
+    CorrectnessRow,
     MeasurementRow,
     MeasurementSamples,
     RunHeader,
@@ -95,6 +96,27 @@ def test_a_per_kernel_margin_override_flips_that_kernels_verdicts():
     )
     other = Thresholds(overrides=(KernelOverride(("softmax",), wide),))
     assert _comparison(slower=2, thresholds=other).outcome == 1
+
+
+def test_a_failure_the_base_already_had_is_not_blamed_on_the_head():
+    """Issue 18: a case erroring identically at base and head made the verdict regression."""
+
+    def check(dtype: str, verdict: str, reason: str = "") -> CorrectnessRow:
+        return CorrectnessRow("gelu", "smoke", {"n": 5}, dtype, verdict, reason, None, 1e-3)
+
+    levels = {"case-0": 1000.0}
+    broken = check("fp16", "error", "ValueError: input arg type does not match")
+    base = replace(_side(_header("a" * 40), levels, 1), correctness=[check("fp32", "pass"), broken])
+    head = replace(_side(_header("b" * 40), levels, 2), correctness=[check("fp32", "pass"), broken])
+    c = compare_runs(base, head)
+    assert c.correctness_failures == () and c.already_failing == (broken,)
+    assert c.outcome == 0
+    comment = pr_comment(c)
+    assert "Already failing at base (not counted)" in comment and "input arg type" in comment
+    # A case that newly fails at head still counts, whatever else failed at base.
+    worse = replace(head, correctness=[check("fp32", "fail", "rel error 1"), broken])
+    assert [f.dtype for f in compare_runs(base, worse).correctness_failures] == ["fp32"]
+    assert compare_runs(base, worse).outcome == 1
 
 
 def test_compare_runs_explains_cases_and_comparisons_it_cannot_judge():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kernelwatch.harness.records import LaunchConfig
-from kernelwatch.harness.spec import Baseline, KernelSpec, Suite
+from kernelwatch.harness.spec import Baseline, InPlace, KernelSpec, Suite
 from kernelwatch.harness.suite import SelectionError, select_tasks
 
 
@@ -41,6 +43,11 @@ def _spec(name: str = "k", **overrides) -> KernelSpec:
         ((_spec(workloads={"smoke": ({"n": [1, 2]},)}),), "are not scalars"),
         ((_spec(configs=(LaunchConfig({"B": 1}),)),), "no pinned_config"),
         ((), "declares no kernels"),
+        ((_spec(launch=None),), "needs exactly one of launch (with make_outputs) and call"),
+        ((_spec(call=lambda t, p: {}),), "needs exactly one of launch"),
+        ((_spec(make_outputs=None),), "has launch but neither make_outputs nor inplace"),
+        ((_spec(launch=None, call=lambda t, p: {}),), "drop make_outputs and configs"),
+        ((_spec(inplace={"x": "x"}),), "inplace outputs ['x'] must be InPlace(input=...)"),
     ],
 )
 def test_malformed_suites_are_refused(kernels, problem):
@@ -67,3 +74,37 @@ def test_a_selection_matching_nothing_is_refused():
     suite = Suite("x", (_spec("a", dtypes=("fp32",)),))
     with pytest.raises(SelectionError, match="no case matches: kernels a declare no 'smoke' case"):
         select_tasks(suite, ["a"], "smoke", ["bf16"])
+
+
+def test_an_entry_point_or_in_place_spec_is_well_formed():
+    call = _spec("a", launch=None, make_outputs=None, call=lambda t, p: {"y": t["x"]})
+    inplace = _spec("b", make_outputs=None, inplace={"x": InPlace("x")})
+    assert Suite("x", (call, inplace)).names == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        (({}, 4, None), "num_stages must be an int >= 1, got None"),
+        (({}, 0, 2), "num_warps must be an int >= 1, got 0"),
+        (({"BLOCK": 64}, 4.0, 2), "num_warps must be an int >= 1, got 4.0"),
+    ],
+)
+def test_a_launch_config_refuses_what_its_label_cannot_say(arguments, problem):
+    with pytest.raises(ValueError, match=problem):
+        LaunchConfig(*arguments)
+
+
+def test_docs_suites_shows_every_name_a_suite_author_imports():
+    """Issue 18: KernelUnsupported (and the parts of a spec) were missing from the page a
+    suite author reads."""
+    from pathlib import Path
+
+    from kernelwatch.harness import spec
+
+    page = (Path(__file__).parents[1] / "docs" / "SUITES.md").read_text()
+    authored = ("Baseline", "InPlace", "KernelSpec", "KernelUnsupported", "LaunchConfig", "Suite")
+    assert set(authored) <= set(spec.__all__)
+    assert [n for n in authored if not re.search(rf"\b{n}\b", page)] == []
+    fields = [f.name for f in __import__("dataclasses").fields(spec.KernelSpec)]
+    assert [f for f in fields if f"**`{f}`**" not in page and f"{f}=" not in page] == []

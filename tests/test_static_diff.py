@@ -98,9 +98,52 @@ def test_no_longer_compiles_matched_and_unrecorded():
     assert [(f.rule, f.kernel, f.arch, f.config, f.before, f.after) for f in findings] == [
         ("no_longer_compiles", "gemm", "sm_90a", "BLOCK_M=128,BLOCK_N=128,w8,s3", "ok", "error")
     ]
-    # Launches that could not be recorded at all: the kernel-level error stands in.
-    unrecorded = BuildMetrics("builtin", "gemm", "", "triton", "sm_90a", None, "error", "meta")
-    assert [f.rule for f in diff_builds([BASE], [unrecorded])] == ["no_longer_compiles"]
+    # Launches that could not be recorded at all (the plan's error for that kernel, dtype
+    # and target): that error stands in, with its reason.
+    unrecorded = BuildMetrics(
+        "builtin", "gemm", "", "triton", "sm_90a", None, "error", "meta", dtype="fp16"
+    )
+    (lost,) = diff_builds([BASE], [unrecorded])
+    assert (lost.rule, lost.config, lost.message) == (
+        "no_longer_compiles",
+        "BLOCK_M=128,BLOCK_N=128,w8,s3",
+        "meta",
+    )
+
+
+def test_another_builds_error_is_not_blamed_on_a_build_that_compiled():
+    """Issue 18: a head error of the same kernel and target was blamed, with its reason, on
+    every base build missing at head."""
+    other_case = replace(BASE, case="m=1 n=4096 k=4096", status="error", reason="ptxas: boom")
+    assert diff_builds([BASE], [replace(BASE, case="m=8 n=8 k=8"), other_case]) == []
+    other_dtype = replace(BASE, function="", dtype="bf16", status="error", reason="meta")
+    assert diff_builds([BASE], [other_dtype]) == []
+
+
+def test_a_config_change_is_compared_like_any_change():
+    """Issue 18: the config label was part of the match key, so a commit that changed a
+    kernel's block size or warps was never compared, and a huge block size went unflagged."""
+    huge = replace(
+        BASE,
+        config=LaunchConfig({"BLOCK_M": 1024, "BLOCK_N": 128}, 8, 3),
+        registers=255,
+        spill_store_bytes=4096,
+        spill_load_bytes=4096,
+    )
+    found = {f.rule: f for f in diff_builds([BASE], [huge])}
+    assert set(found) == {"spills", "occupancy"}
+    assert found["spills"].config == "BLOCK_M=1024,BLOCK_N=128,w8,s3"
+    assert found["spills"].message.endswith(
+        "(config BLOCK_M=128,BLOCK_N=128,w8,s3 -> BLOCK_M=1024,BLOCK_N=128,w8,s3)"
+    )
+    # Several configs of one autotuned kernel: each pairs with its own; a config that is
+    # only at head, among several, is new.
+    small = replace(BASE, config=LaunchConfig({"BLOCK_M": 64, "BLOCK_N": 64}, 4, 3))
+    assert diff_builds([BASE, small], [BASE, small, huge]) == []
+    broken = replace(huge, status="error", reason="does not compile for sm_90a: too big")
+    (lost,) = diff_builds([BASE], [broken])
+    assert (lost.rule, lost.after) == ("no_longer_compiles", "error")
+    assert lost.message.startswith("does not compile for sm_90a: too big")
 
 
 def test_removed_or_new_builds_are_not_regressions():

@@ -92,8 +92,11 @@ class Recorder:
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[Recorder]:
-    """Record launches instead of running them (see the module docstring)."""
+def recording(capability: int | None = None) -> Iterator[Recorder]:
+    """Record launches instead of running them (see the module docstring). With a
+    ``capability`` (90 for sm_90a), ``torch.cuda.get_device_capability`` answers it, so a
+    host wrapper's architecture-dependent choices are those of that target."""
+    import torch
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
     from triton.runtime.autotuner import Autotuner
@@ -136,8 +139,14 @@ def recording() -> Iterator[Recorder]:
     ) -> None:
         recorder.launches.append(CudaLaunch(self, entry, tuple(block), shared_bytes))
 
-    patches = ((JITFunction, "run", jit_run), (Autotuner, "run", autotuner_run))
-    patches += ((CudaKernel, "launch", cuda_launch),)
+    patches: tuple[tuple[Any, str, Any], ...] = (
+        (JITFunction, "run", jit_run),
+        (Autotuner, "run", autotuner_run),
+        (CudaKernel, "launch", cuda_launch),
+    )
+    if capability is not None:
+        target = divmod(capability, 10)
+        patches += ((torch.cuda, "get_device_capability", lambda device=None: target),)
     saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
     try:
         for cls, name, replacement in patches:

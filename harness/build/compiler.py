@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -69,12 +70,33 @@ def build(job: Job, suite: str, cache: Cache | None) -> BuildMetrics:
         message = f"{type(exc).__name__}: {exc}".strip()
         return dataclasses.replace(
             skeleton,
-            reason=f"does not compile for {job.arch}: {message.splitlines()[0][:300]}",
+            reason=f"does not compile for {job.arch}: {cause(exc)[:300]}",
             detail=(message + "\n" + getattr(exc, "log", ""))[-4000:],
         )
     if cache is not None:
         cache.put(key, record)
     return record
+
+
+def cause(exc: BaseException) -> str:
+    """Why a compile failed, in one line. Triton's ``CompilationError`` starts with only
+    where (``at 147:38:``), then the source, then the error it wraps (an error in a called
+    ``@triton.jit`` function is wrapped once more): this is that innermost error, with where
+    in the source of the function that raised it."""
+    from triton.compiler.errors import CompilationError
+
+    where = ""
+    while isinstance(exc, CompilationError):
+        if hasattr(exc.node, "lineno"):
+            name = re.search(r"def\s+(\w+)", exc.src or "")
+            function = name.group(1) if name else "the function"
+            where = f" (line {exc.node.lineno}:{exc.node.col_offset} of {function})"
+        inner = exc.__cause__
+        if inner is None or (exc.error_message and isinstance(inner, CompilationError)):
+            text = exc.error_message or "(no message)"
+            return text.strip().splitlines()[0] + where
+        exc = inner
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0] + where
 
 
 _MEASURED = (

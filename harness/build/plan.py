@@ -6,15 +6,18 @@ list is deterministic, so several children agree on it and each takes its share 
 
 from __future__ import annotations
 
+import itertools
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from kernelwatch.harness import launcher
+from kernelwatch.harness.build.archs import ARCHS
 from kernelwatch.harness.build.capture import Launch, recording
 from kernelwatch.harness.records import BuildMetrics, CaseId, LaunchConfig
-from kernelwatch.harness.spec import DTYPES, KernelSpec, Suite
+from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Suite
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,8 @@ def plan_builds(
     archs: Sequence[str],
 ) -> tuple[list[Job], list[BuildMetrics]]:
     """The jobs to compile, and an error record per (kernel, dtype, arch) whose launches could
-    not be recorded (a spec whose ``launch`` needs real data, say)."""
+    not be recorded (a spec whose ``launch`` needs real data, say). A spec that raises
+    ``KernelUnsupported`` while recording (a TODO ``kernelwatch init`` left) has no build."""
     jobs: list[Job] = []
     failures: list[BuildMetrics] = []
     for spec in suite.kernels:
@@ -62,33 +66,22 @@ def plan_builds(
         chosen = workload if workload in spec.workloads else next(iter(spec.workloads))
         chosen_dtypes = [d for d in spec.dtypes if d in dtypes] if dtypes else default_dtypes(spec)
         for dtype in chosen_dtypes:
-            try:
-                launches = _record(spec, chosen, dtype)
-            except Exception as exc:  # the spec's failure, recorded per target
-                reason = f"could not record the launches on the meta device: {_one_line(exc)}"
-                detail = traceback.format_exc(limit=6)[-4000:]
-                failures += [
-                    BuildMetrics(
-                        suite.name,
-                        spec.name,
-                        "",
-                        "triton",
-                        arch,
-                        None,
-                        "error",
-                        reason,
-                        detail=detail,
-                        dtype=dtype,
-                        workload=chosen,
-                    )
-                    for arch in archs
-                ]
-                continue
-            jobs += [
-                Job(spec.name, dtype, chosen, case, config, launch, arch)
-                for case, config, launch in launches
-                for arch in archs
-            ]
+            per_arch: list[list[Job]] = []
+            for arch in archs:
+                try:
+                    launches = _record(spec, chosen, dtype, ARCHS[arch].capability)
+                except KernelUnsupported:
+                    per_arch = []  # nothing to build yet: a TODO the suite still has
+                    break
+                except Exception as exc:  # the spec's failure, recorded per target
+                    failures.append(_unrecorded(suite.name, spec.name, dtype, chosen, arch, exc))
+                    continue
+                per_arch.append(
+                    [Job(spec.name, dtype, chosen, case, config, launch, arch)
+                     for case, config, launch in launches]
+                )  # fmt: skip
+            # Both targets of one launch side by side (the workers share tasks by position).
+            jobs += [job for row in itertools.zip_longest(*per_arch) for job in row if job]
     return jobs, failures
 
 
@@ -100,20 +93,39 @@ def default_dtypes(spec: KernelSpec) -> tuple[str, ...]:
     return served or tuple(spec.dtypes)
 
 
+def _unrecorded(
+    suite: str, kernel: str, dtype: str, workload: str, arch: str, exc: Exception
+) -> BuildMetrics:
+    """The error record of a target whose launches could not be recorded."""
+    return BuildMetrics(
+        suite,
+        kernel,
+        "",
+        "triton",
+        arch,
+        None,
+        "error",
+        f"could not record the launches on the meta device: {_one_line(exc)}",
+        detail=traceback.format_exc(limit=6)[-4000:],
+        dtype=dtype,
+        workload=workload,
+    )
+
+
 def _record(
-    spec: KernelSpec, workload: str, dtype: str
+    spec: KernelSpec, workload: str, dtype: str, capability: int
 ) -> list[tuple[str, LaunchConfig | None, Launch]]:
-    """Distinct (case label, config, launch) of one spec and dtype: a specialisation that
-    several cases share is kept once, under the first case's label."""
+    """Distinct (case label, config, launch) of one spec and dtype for one target (a host
+    wrapper asking ``torch.cuda.get_device_capability`` is told the target's): a
+    specialisation that several cases share is kept once, under the first case's label."""
     generator = torch.Generator().manual_seed(0)
     meta = torch.device("meta")
     seen: dict[str, tuple[str, LaunchConfig | None, Launch]] = {}
     for config in spec.configs or (None,):
         for params in spec.cases(workload):
-            with recording() as recorder:
+            with recording(capability) as recorder:
                 inputs = spec.make_inputs(params, DTYPES[dtype], meta, generator)
-                outputs = spec.make_outputs(inputs, params)
-                used = spec.launch(inputs, outputs, params, config)
+                _, used = launcher.launch(spec, launcher.bind(spec, inputs, params), params, config)
             for launch in recorder.launches:
                 launch_config = launch.config or used
                 key = repr((launch_config, launch.identity()))

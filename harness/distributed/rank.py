@@ -89,7 +89,8 @@ def _join(hello: dict[str, Any], device: Any) -> dict[str, Any]:
         "nccl" if cuda else "gloo", init_method=hello["init_method"], rank=rank,
         world_size=world.size, timeout=timeout,
     )  # fmt: skip
-    suites = load_suites(hello["plan"])
+    loaded = load_suites(hello["plan"])
+    suites = [one.suite for one in loaded]
     me = rank_info(rank, str(where))
     everyone: list[Any] = [None] * world.size
     state = {
@@ -106,7 +107,7 @@ def _join(hello: dict[str, Any], device: Any) -> dict[str, Any]:
             probe.max_sm_clock_mhz,
         )  # fmt: skip
         timing = Timing(timer, probe, options.resolved(device.info.kind), options.baseline)
-    return {**state, "timing": timing, "software": software_info()}
+    return {**state, "timing": timing, "software": software_info(loaded[0].source)}
 
 
 def _groups(state: dict[str, Any], size: int) -> tuple[Any, Any]:

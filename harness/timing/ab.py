@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from kernelwatch.harness.device import Device
-from kernelwatch.harness.records import ABMeasurement, CaseId, LaunchConfig, Measurement
+from kernelwatch.harness.records import (
+    ABMeasurement,
+    CaseId,
+    LaunchConfig,
+    Measurement,
+    SoftwareInfo,
+)
 from kernelwatch.harness.spec import KernelSpec, KernelUnsupported
 from kernelwatch.harness.suite import Task
 from kernelwatch.harness.timing.case import BenchSession, Prepared, prepare
@@ -40,10 +45,17 @@ class ABSession(BenchSession):
     """A bench session whose cases are A/B pairs; open it with ``ABSession.open``."""
 
     def measure_pair(
-        self, spec_a: KernelSpec, spec_b: KernelSpec, suite: str, task: Task, seed: int
+        self,
+        spec_a: KernelSpec,
+        spec_b: KernelSpec,
+        suite: str,
+        task: Task,
+        seed: int,
+        software: tuple[SoftwareInfo, SoftwareInfo] | None = None,
     ) -> ABMeasurement:
         """Time ``task`` with A's and B's implementation interleaved; every failure becomes
-        an ``error`` record whose reason names the side."""
+        an ``error`` record whose reason names the side. ``software`` is each side's (the
+        suite file and revision it imported); the session's by default."""
         case = _case(suite, task)
         common = self._common(case)
         if task.dtype in self.device.unsupported_dtypes:
@@ -74,13 +86,17 @@ class ABSession(BenchSession):
                 **common,
             )
 
-        def side(spec: KernelSpec, prepared: Prepared, samples: tuple[Sample, ...]) -> Measurement:
+        def side(
+            spec: KernelSpec, prepared: Prepared, samples: tuple[Sample, ...], sw: SoftwareInfo
+        ) -> Measurement:
             alone = Collected((samples,), collected.stop, collected.elapsed_s)
-            fields = {**common, "baseline": None}  # no stock-library arm in an A/B session
+            # No stock-library arm in an A/B session.
+            fields = {**common, "baseline": None, "software": sw}
             return self._record(fields, spec, case, prepared, alone, states, start)
 
-        base = side(spec_a, first, collected.arms[0])
-        head = side(spec_b, second, collected.arms[1])
+        sw_a, sw_b = software or (self.software, self.software)
+        base = side(spec_a, first, collected.arms[0], sw_a)
+        head = side(spec_b, second, collected.arms[1], sw_b)
         failed = [f"{name}: {m.reason}" for name, m in zip(SIDES, (base, head), strict=True)
                   if m.status != "ok"]  # fmt: skip
         return ABMeasurement(
@@ -129,23 +145,9 @@ def _prepare_finite(
 ) -> Prepared:
     """``case.prepare`` on ``spec``, then refuse outputs of its config-fixing launch that
     hold NaN or Inf: timing a kernel that computes garbage would read like a measurement."""
-    made: list[Mapping[str, torch.Tensor]] = []
-    prepared = prepare(
-        _keeping_outputs(spec, made.append), case, device, seed, pin, inputs, pin_source
-    )
-    for name, out in made[0].items():
+    prepared = prepare(spec, case, device, seed, pin, inputs, pin_source)
+    for name, out in prepared.outputs.items():
         bad = int((~torch.isfinite(out)).sum()) if out.is_floating_point() else 0
         if bad:
             raise ValueError(f"{bad} of {out.numel()} elements of {name!r} are NaN/Inf")
     return prepared
-
-
-def _keeping_outputs(
-    spec: KernelSpec, keep: Callable[[Mapping[str, torch.Tensor]], None]
-) -> KernelSpec:
-    def make_outputs(inputs: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
-        outputs = spec.make_outputs(inputs, params)
-        keep(outputs)
-        return outputs
-
-    return replace(spec, make_outputs=make_outputs)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from kernelwatch.harness import launcher
 from kernelwatch.harness.correctness import case_seed
 from kernelwatch.harness.device import Device
 from kernelwatch.harness.records import (
@@ -60,13 +61,15 @@ from kernelwatch.harness.timing.timers import Timer, make_timer, time_arms
 
 @dataclass(frozen=True)
 class Prepared:
-    """A case ready to time: inputs made, config fixed, two zero-argument launches."""
+    """A case ready to time: inputs made, config fixed, two zero-argument launches, and the
+    outputs of the launch that fixed the config."""
 
     inputs: Mapping[str, Any]
     config: LaunchConfig
     config_source: str
     kernel: Callable[[], object]
     baseline: Callable[[], object]
+    outputs: Mapping[str, torch.Tensor]
 
 
 def prepare(
@@ -78,9 +81,10 @@ def prepare(
     inputs: Mapping[str, Any] | None = None,
     pin_source: str = "pin-file",
 ) -> Prepared:
-    """Make the case's inputs (or reuse ``inputs``), launch once to fix the config, and
-    return launches that repeat exactly that config (no autotuning inside a timed region).
-    ``pin_source`` says where ``pin`` came from (``Measurement.config_source``)."""
+    """Make the case's inputs (or reuse ``inputs``), prepare the outputs (``launcher.bind``:
+    in-place buffers are copies, so ``inputs`` stay as made), launch once to fix the config,
+    and return launches that repeat exactly that config (no autotuning inside a timed
+    region). ``pin_source`` says where ``pin`` came from (``Measurement.config_source``)."""
     params = case.params
     if inputs is None:
         generator = torch.Generator(device=device.torch_device)
@@ -88,22 +92,23 @@ def prepare(
         inputs = spec.make_inputs(
             params, DTYPES[case.dtype], torch.device(device.torch_device), generator
         )
-    outputs = spec.make_outputs(inputs, params)
+    bound = launcher.bind(spec, inputs, params)
     if pin is not None:
         requested, source = pin, pin_source
     elif not device.can_autotune and spec.pinned_config is not None:
         requested, source = spec.pinned_config, "pinned"
     else:
         requested, source = None, "autotune" if spec.configs else "heuristic"
-    config = spec.launch(inputs, outputs, params, requested)
+    outputs, config = launcher.launch(spec, bound, params, requested)
     spec.baseline.fn(inputs, params)
     device.synchronize()  # inputs were made on the default stream; timers use their own
     return Prepared(
         inputs,
         config,
         source,
-        lambda: spec.launch(inputs, outputs, params, config),
+        launcher.repeat(spec, bound, params, config),
         lambda: spec.baseline.fn(inputs, params),
+        outputs,
     )
 
 
