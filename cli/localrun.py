@@ -41,9 +41,9 @@ def prepare_prefect() -> None:
 
 
 @contextmanager
-def _failures() -> Iterator[None]:
+def _failures(unavailable: int) -> Iterator[None]:
     """Turn the errors a person can fix into one line and an exit code: configuration,
-    revisions and selections 2, an unreachable store 1."""
+    revisions and selections 2, an unreachable store or a failing git ``unavailable``."""
     from kernelwatch.config.tables import ConfigError
     from kernelwatch.flows.repos import InfrastructureError
     from kernelwatch.harness.worktree import RevisionError
@@ -54,7 +54,7 @@ def _failures() -> Iterator[None]:
     except (ConfigError, RevisionError, SchemaMismatch) as exc:
         fail(str(exc), code=2)
     except (StoreUnavailable, InfrastructureError) as exc:
-        fail(str(exc), code=1)
+        fail(str(exc), code=unavailable)
 
 
 def run_checked(
@@ -63,16 +63,18 @@ def run_checked(
     pool: str,
     revisions: tuple[str | None, ...],
     call: Callable[[], _T],
+    unavailable: int = 1,
 ) -> _T:
     """Check that the configuration names ``repository`` and ``pool`` and that the
     repository has ``revisions``, then run ``call`` under a spinner. Bad input fails here in
     a second with one line, not after Prefect has started (where a failing flow also logs
-    its traceback)."""
+    its traceback). An unreachable store or failing git exits ``unavailable`` (a PR check's
+    2: its 1 means a regression)."""
     from kernelwatch.config.settings import load
     from kernelwatch.flows.repos import sync
     from kernelwatch.harness.worktree import resolve
 
-    with _failures():
+    with _failures(unavailable):
         config = load()
         repo = config.repository(repository)
         config.pool(pool)

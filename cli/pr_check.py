@@ -41,6 +41,7 @@ def pr_check(
             pool=pool,
             out_dir=str(out) if out else None,
         ),
+        unavailable=2,
     )
     if summary.error:
         fail(summary.error, code=2)

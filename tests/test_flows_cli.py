@@ -106,6 +106,23 @@ def test_bad_input_exits_2_with_one_line_before_prefect_starts(
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
 
 
+@pytest.mark.parametrize(("command", "code"), [("pr-check", 2), ("nightly", 1)])
+def test_a_repository_git_cannot_reach_is_one_line_and_never_a_pr_checks_regression_code(
+    kernelwatch_cli, tmp_path, monkeypatch, command, code
+):
+    # pr-check's 1 means "regression": an infrastructure failure there must read as "could not
+    # check" (2), where the nightly keeps 1 for it.
+    gone = f"file://{tmp_path / 'gone'}"  # a URL: cloned, and the clone fails
+    config = _config(tmp_path / "kernelwatch.toml", gone, tmp_path)  # type: ignore[arg-type]
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    revisions = ["--base", "main", "--head", "main"] if command == "pr-check" else ["--rev", "main"]
+    proc = kernelwatch_cli(command, *revisions)
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: git "), lines
+
+
 def test_a_missing_configuration_file_is_named(kernelwatch_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELWATCH_CONFIG", str(tmp_path / "absent.toml"))
     proc = kernelwatch_cli("nightly")
@@ -126,6 +143,7 @@ def test_pr_check_command_exits_1_on_the_planted_regression_and_prints_its_files
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     files = dict(line.split(": ", 1) for line in proc.stdout.strip().splitlines())
+    assert {"comment", "report"} <= files.keys(), (proc.stdout, proc.stderr[-3000:])
     comment, report = Path(files["comment"]), Path(files["report"])
     assert comment.is_file() and report.is_file()
     assert "rms_norm" in comment.read_text()
