@@ -15,3 +15,11 @@ MODULES = (fleet, history, sol, builds, health, triage, comm)
 def dashboards() -> list[dict[str, Any]]:
     """The JSON of every dashboard, built afresh."""
     return [common.to_json(module.dashboard()) for module in MODULES]
+
+
+def panel_id(uid: str, title: str) -> int:
+    """The id of the panel titled ``title`` on dashboard ``uid`` (as :func:`dashboards`
+    numbers them)."""
+    (dashboard,) = [d for d in dashboards() if d["uid"] == uid]
+    (panel,) = [p for p in dashboard["panels"] if p["title"] == title]
+    return panel["id"]

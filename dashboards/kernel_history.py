@@ -94,11 +94,12 @@ WHERE {_SERIES} AND $__timeFilter(at)
             common.sql_annotation(
                 "Bisection verdicts",
                 f"""
-SELECT coalesce(probe_time, at) AS "time", summary AS text, 'bisect,' || verdict AS tags
+SELECT coalesce(probe_run_at, probe_time, at) AS "time", summary AS text,
+  'bisect,' || verdict AS tags
 FROM report_bisect_steps
 WHERE ({_SERIES} OR regression_id IN (
     SELECT regression_id FROM report_change_points WHERE {_SERIES}))
-  AND coalesce(probe_time, at) BETWEEN $__timeFrom() AND $__timeTo()
+  AND coalesce(probe_run_at, probe_time, at) BETWEEN $__timeFrom() AND $__timeTo()
 """,
                 "purple",
             )

@@ -11,7 +11,7 @@ from kernelwatch.dashboards import common
 UID = "kw-sol"
 
 _FILTER = """repository = '$repository' AND device_model IN ($gpu) AND kernel IN ($kernel)
-  AND dtype IN ($dtype) AND status = 'ok'"""
+  AND dtype IN ($dtype) AND status = 'ok' AND $__timeFilter(measured_at)"""
 #: Bars drawn, and table rows listed, for the cases furthest from speed-of-light.
 BARS = 40
 TABLE_ROWS = 500
@@ -44,8 +44,8 @@ def dashboard() -> sdk.Dashboard:
             common.bar_panel(
                 f"Furthest from speed-of-light: the {BARS} lowest %SOL",
                 f"""
-SELECT kernel || ' ' || dtype || ' ' || case_label || ' on ' || device_model AS "case",
-  pct_sol
+SELECT kernel || ' ' || dtype || ' ' || case_label || ' on ' || device_model
+  || CASE WHEN run_status = 'partial' THEN ' (partial run)' ELSE '' END AS "case", pct_sol
 FROM report_nightly_latest
 WHERE {_FILTER} AND pct_sol IS NOT NULL
 ORDER BY pct_sol
@@ -63,10 +63,13 @@ LIMIT {BARS}
         .with_panel(
             common.bar_panel(
                 "Speedup over the stock library (geometric mean per kernel and GPU)",
-                """
-SELECT kernel || ' on ' || device_model AS "kernel", speedup_geomean
-FROM report_nightly_kernels
-WHERE repository = '$repository' AND device_model IN ($gpu) AND kernel IN ($kernel)
+                f"""
+SELECT kernel || ' on ' || device_model
+  || CASE WHEN run_status = 'partial' THEN ' (partial run)' ELSE '' END AS "kernel",
+  exp(avg(ln(NULLIF(speedup, 0)))) AS speedup_geomean
+FROM report_nightly_latest
+WHERE {_FILTER}
+GROUP BY kernel, device_model, run_status
 ORDER BY speedup_geomean
 """,
                 w=12,
@@ -81,7 +84,8 @@ ORDER BY speedup_geomean
                 f"The {TABLE_ROWS} cases furthest from speed-of-light: throughput, bound, speedup",
                 f"""
 SELECT kernel, dtype, case_label, device_model, median_ns, tflops, gbps, pct_compute,
-  pct_memory, pct_sol, bound, baseline, baseline_median_ns, speedup, config, commit_sha
+  pct_memory, pct_sol, bound, baseline, baseline_median_ns, speedup, config, commit_sha,
+  run_status
 FROM report_nightly_latest
 WHERE {_FILTER}
 ORDER BY pct_sol

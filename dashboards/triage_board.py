@@ -16,6 +16,10 @@ from kernelwatch.dashboards import common
 UID = "kw-triage"
 
 STATES = list(typing.get_args(State))
+#: The regressions the board shows, and its counts count: open ones whatever their age,
+#: closed ones opened in the time range.
+_SHOWN = """repository = '$repository' AND state IN ($state)
+  AND (open OR $__timeFilter(created_at))"""
 
 
 def dashboard() -> sdk.Dashboard:
@@ -34,10 +38,11 @@ def dashboard() -> sdk.Dashboard:
         .with_panel(
             common.stat_panel(
                 "Regressions per state",
-                """
-SELECT state, regressions
-FROM report_triage_summary
-WHERE repository = '$repository' AND state IN ($state)
+                f"""
+SELECT state, count(*) AS regressions
+FROM report_triage_board
+WHERE {_SHOWN}
+GROUP BY state
 ORDER BY state
 """,
                 w=24,
@@ -47,13 +52,12 @@ ORDER BY state
         .with_panel(
             common.table_panel(
                 "Regressions",
-                """
+                f"""
 SELECT regression_id, kind, opened_by, title, state, cause, magnitude, kernels, device_models,
   change_points, worst_change, good_sha, bad_sha, culprit_sha, bisect_steps, last_verdict,
   assignee, bug_url, age_days, last_event_at, last_actor, last_note
 FROM report_triage_board
-WHERE repository = '$repository' AND state IN ($state)
-  AND (open OR $__timeFilter(created_at))
+WHERE {_SHOWN}
 ORDER BY open DESC, created_at DESC
 """,
                 w=24,

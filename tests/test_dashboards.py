@@ -26,7 +26,9 @@ from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.dashboards import alert_rules as alerts
 from kernelwatch.dashboards import catalog, inventory
+from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
 from kernelwatch.dashboards.macros import Request, expand
+from kernelwatch.dashboards.triage_board import STATES
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
@@ -309,7 +311,7 @@ def test_every_panel_annotation_and_variable_query_runs_as_reader(seeded, reader
 
 def test_every_alert_rule_returns_labels_and_one_value(seeded, reader):
     now = datetime.now(UTC)
-    for spec, query in inventory.alert_queries():
+    for spec, query in inventory.alert_queries(SEEDED):
         names, types, _rows = reader(expand(query.sql, inventory.alert_request(spec, now)))
         kinds = dict(zip(names, types, strict=True))
         numeric = [n for n, t in kinds.items() if t in NUMERIC]
@@ -325,9 +327,13 @@ def _firing(reader, spec: alerts.RuleSpec) -> list[dict]:
     return [i for i in instances if i[value] is not None and float(i[value]) > spec.above]
 
 
+#: The seeded history's nightlies run in this pool.
+SEEDED = alerts.AlertSettings("grafana", ("h100-pool",), "docs")
+
+
 def test_alert_rules_fire_on_the_planted_conditions(seeded, reader):
-    rules = {spec.uid: spec for spec in alerts.RULES}
-    new = _firing(reader, rules["kw-regression-new"])
+    rules = {spec.uid: spec for spec in alerts.rules(SEEDED)}
+    new = _firing(reader, rules["kw-regression-open"])
     assert str(seeded.regression_id) in {i["regression_id"] for i in new}
     stale = _firing(reader, rules["kw-regression-stale"])
     assert stale and str(seeded.regression_id) not in {i["regression_id"] for i in stale}
@@ -335,6 +341,13 @@ def test_alert_rules_fire_on_the_planted_conditions(seeded, reader):
     assert [(i["device_model"], i["trigger"]) for i in failed] == [("NVIDIA H200", "nightly")]
     missing = _firing(reader, rules["kw-nightly-missing"])
     assert [i["device_model"] for i in missing] == [MODELS[H100][0]]
+
+
+def test_a_retired_pool_raises_nothing(seeded, reader):
+    retired = alerts.AlertSettings("grafana", ("b200-pool",), "docs")
+    for spec in alerts.rules(retired):
+        if spec.kind == "pipeline":
+            assert _firing(reader, spec) == [], spec.uid
 
 
 def test_planted_regression_is_open_and_on_the_fleet_overview(seeded, reader):
@@ -499,7 +512,7 @@ def test_benchmark_script_small_scale(store_url):
     assert report["rows"]["build_metrics"] > 0 and report["rows"]["bisect_steps"] > 0
     expected = {f"{d['uid']} {q.kind}: {q.title}" for d in catalog.dashboards()
                 for q in inventory.dashboard_queries(d)}  # fmt: skip
-    expected |= {f"alert: {spec.title}" for spec in alerts.RULES}
+    expected |= {f"alert: {spec.title}" for spec in alerts.rules()}
     assert expected <= set(report["queries"])
     assert all(t["p95_ms"] >= t["p50_ms"] > 0 for t in report["queries"].values())
 
@@ -516,3 +529,113 @@ def test_communication_panel_shows_bus_bandwidth_by_size_and_world_against_the_p
     assert largest["busbw_peak_gbps"] == COMM_PEAK_GBPS and largest["fabric"] == "nvlink"
     assert largest["pct_peak"] == pytest.approx(80 * (1 << 30) / ((1 << 30) + (1 << 20)))
     assert largest["busbw_gbps"] == pytest.approx(largest["algbw_gbps"] * 7 / 4)
+
+
+def _panel(uid: str, title: str) -> dict:
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == uid]
+    (panel,) = [p for p in dashboard["panels"] if p["title"] == title]
+    return panel
+
+
+def _glance(seeded, reader) -> dict:
+    (row,) = _panel_rows(seeded, reader, "kw-fleet", "At a glance")
+    return row
+
+
+def test_at_a_glance_turns_red_when_the_alert_fires_and_says_what_is_too_short(seeded, reader):
+    panel = _panel("kw-fleet", "At a glance")
+    config = panel["fieldConfig"]
+    overrides = {o["matcher"]["options"]: o["properties"] for o in config["overrides"]}
+    hours = {p["id"]: p["value"] for p in overrides["hours since the oldest latest nightly"]}
+    assert hours["unit"] == "h"
+    assert [s["value"] for s in hours["thresholds"]["steps"]] == [None, NIGHTLY_MISSING_HOURS]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "none"
+    # The cuda-graph series of H200 started 6 nights ago: too short for detection to judge.
+    assert _glance(seeded, reader)["series too short to judge"] == 1
+
+
+def test_regressed_counts_leave_out_false_positives_and_wont_fix(seeded, reader):
+    rows = _panel_rows(
+        seeded, reader, "kw-fleet", "Kernels that regressed in the time range, per GPU"
+    )
+    start, end = (f"'{t.isoformat()}'" for t in (seeded.request.start, seeded.request.end))
+    _names, _types, expected = reader(
+        f"""SELECT kernel, device_model, count(DISTINCT regression_id)
+        FROM report_change_points
+        WHERE direction = 'regression' AND at BETWEEN {start} AND {end}
+            AND regression_state NOT IN ('false_positive', 'wont_fix')
+            AND repository = '{REPOSITORY}'
+        GROUP BY 1, 2"""
+    )
+    _names, _types, dismissed = reader(
+        "SELECT count(*) FROM report_regressions WHERE state = 'false_positive'"
+    )
+    assert dismissed[0][0] >= 1
+    assert {(r["kernel"], r["device_model"]): r["regressions"] for r in rows} == {
+        (k, d): n for k, d, n in expected
+    }
+    assert _glance(seeded, reader)["kernel x GPU regressed in range"] == len(expected)
+
+
+def _sol_rows(seeded, reader, title: str, request: Request, choice: dict) -> list[dict]:
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-sol"]
+    variables = inventory.resolve(dashboard, request, _runner(reader), choice)
+    (query,) = [q for q in inventory.dashboard_queries(dashboard) if q.title == title]
+    names, _types, rows = reader(expand(query.sql, request, variables))
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def test_speed_of_light_panels_honour_the_time_range_and_the_dtype(seeded, reader):
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-sol"]
+    titles = [q.title for q in inventory.dashboard_queries(dashboard)]
+    before_latest = Request(seeded.request.start, END - timedelta(days=10))
+    for title in titles:
+        assert _sol_rows(seeded, reader, title, before_latest, {}) == [], title
+    speedups = _sol_rows(seeded, reader, titles[1], seeded.request, {"dtype": ["bf16"]})
+    _names, _types, with_bf16 = reader(
+        f"SELECT DISTINCT kernel FROM report_series WHERE dtype = 'bf16' "
+        f"AND repository = '{REPOSITORY}'"
+    )
+    kernels = {r["kernel"].split(" on ")[0] for r in speedups}
+    assert kernels == {k for (k,) in with_bf16}
+
+
+def test_triage_counts_count_what_the_board_lists(seeded, reader):
+    last_day = Request(datetime.now(UTC) - timedelta(days=1), datetime.now(UTC))
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-triage"]
+    every_state = {"state": STATES}
+    variables = inventory.resolve(dashboard, last_day, _runner(reader), every_state)
+    counted, listed = (
+        reader(expand(q.sql, last_day, variables))[2]
+        for title in ("Regressions per state", "Regressions")
+        for q in inventory.dashboard_queries(dashboard)
+        if q.title == title
+    )
+    assert sum(n for _state, n in counted) == len(listed)
+
+
+def test_bisection_marks_sit_on_the_nightly_point_of_their_commit(seeded, reader):
+    verdicts = _panel_rows(seeded, reader, "kw-history", "Bisection verdicts")
+    points = _panel_rows(
+        seeded, reader, "kw-history", "Points, with the command that measures each commit again"
+    )
+    at = {p["commit_sha"]: p["measured_at"] for p in points}
+    probes = {sha(day) for day in (22, PLANT_DAY, PLANT_DAY - 1)}
+    assert {v["time"] for v in verdicts} == {at[s] for s in probes}
+
+
+def test_latest_nightly_panels_mark_partial_runs():
+    marks = {"report_nightly_latest": "run_status", "report_nightly_kernels": "partial_runs"}
+    for dashboard in catalog.dashboards():
+        for query in inventory.dashboard_queries(dashboard):
+            for view, mark in marks.items():
+                if view in query.sql:
+                    assert mark in query.sql, (dashboard["uid"], query.title)
+
+
+def test_the_worst_case_is_shown_beside_the_geometric_mean(seeded, reader):
+    worst = _panel_rows(
+        seeded, reader, "kw-fleet", "Latest nightly / first nightly of the range (worst case)"
+    )
+    by_cell = {(r["kernel"], r["device_model"]): r["ratio_worst"] for r in worst}
+    assert by_cell[("flash_attention", "NVIDIA B200")] == pytest.approx(SLOWDOWN, abs=0.03)

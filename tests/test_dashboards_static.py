@@ -80,7 +80,7 @@ def test_every_query_is_on_the_kernelwatch_datasource_and_reads_report_objects(d
     sql = [t["rawSql"] for d in dashboards for p in d["panels"] for t in p["targets"]]
     sql += [a["target"]["rawSql"] for d in dashboards for a in d["annotations"]["list"]]
     sql += [v["query"] for d in dashboards for v in d["templating"]["list"] if v["type"] == "query"]
-    sql += [spec.sql for spec in alerts.RULES]
+    sql += [spec.sql for spec in alerts.rules()]
     for text in sql:
         relations = re.findall(r"\bFROM\s+(\w+)", text)
         assert relations and all(r.startswith("report_") for r in relations), text
@@ -163,8 +163,8 @@ def test_alert_rules_are_sql_reduce_threshold_on_the_datasource():
     group = alerts.rule_group()
     assert group["interval"] == alerts.GROUP_INTERVAL_S and group["folderUid"] == "kernelwatch"
     uids = [r["uid"] for r in group["rules"]]
-    assert len(set(uids)) == len(uids) == len(alerts.RULES)
-    for rule, spec in zip(group["rules"], alerts.RULES, strict=True):
+    assert len(set(uids)) == len(uids) == len(alerts.rules())
+    for rule, spec in zip(group["rules"], alerts.rules(), strict=True):
         sql, reduce, threshold = rule["data"]
         assert rule["condition"] == "C" and rule["noDataState"] == "OK"
         assert sql["datasourceUid"] == DATASOURCE_UID

@@ -1,0 +1,156 @@
+"""Honest numbers on the dashboards and alerts (issue 21).
+
+- ``report_regressed_kernels`` counts only regressions that are not ``false_positive`` or
+  ``wont_fix``: a dismissed regression is not a kernel that regressed.
+- ``report_bisect_steps`` gains ``probe_run_at``, when the probed commit was first measured by
+  a nightly on the step's GPU model, so a verdict is marked on the history chart at the point
+  it judged (a commit authored days before it merged is otherwise marked days early).
+- ``report_latest_nightly_runs`` gains the run's ``status``, ``report_nightly_latest`` its
+  ``run_status`` and ``report_nightly_kernels`` ``partial_runs``: a partial run is marked.
+- ``report_pool_freshness``: hours since each pool's last nightly per repository and GPU
+  model, so pipeline alerts can be limited to the configured pools.
+- ``report_series_lengths``: history points per series, for the "too short to judge" count.
+
+Revision ID: 0009
+Revises: 0008
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from alembic import op
+
+revision = "0009"
+down_revision = "0008"
+branch_labels = None
+depends_on = None
+
+READER = "kernelwatch_reader"
+OPEN_STATES = "('untriaged', 'acknowledged', 'investigating')"
+DISMISSED_STATES = "('false_positive', 'wont_fix')"
+HISTORY_TRIGGERS = "('nightly', 'manual')"
+
+REGRESSED_KERNELS = (
+    "report_regressed_kernels(since timestamptz, until timestamptz)",
+    f"""
+SELECT repo.name, k.name, s.device_model, count(DISTINCT cp.regression_id),
+    count(DISTINCT cp.regression_id) FILTER (WHERE g.state IN {OPEN_STATES}),
+    count(DISTINCT cp.series_id), max(cp.rel_change), max(cp.at)
+FROM change_points cp
+    JOIN regressions g ON g.id = cp.regression_id
+    JOIN series s ON s.id = cp.series_id
+    JOIN kernels k ON k.id = s.kernel_id
+    JOIN repositories repo ON repo.id = k.repository_id
+WHERE cp.direction = 'regression' AND cp.at BETWEEN since AND until
+    AND g.state NOT IN {DISMISSED_STATES}
+GROUP BY repo.name, k.name, s.device_model""",
+)
+
+# Views made again with columns added at their end (each reads the one before it).
+VIEWS = {
+    "report_latest_nightly_runs": f"""
+SELECT DISTINCT ON (repo.id, d.model) repo.id AS repository_id, repo.name AS repository,
+    d.model AS device_model, r.id AS run_pk, r.run_id, r.started_at, r.commit_id, r.status
+FROM repositories repo
+    CROSS JOIN devices d
+    CROSS JOIN LATERAL (
+        SELECT id, run_id, started_at, commit_id, status FROM runs
+        WHERE device_id = d.id AND repository_id = repo.id AND trigger IN {HISTORY_TRIGGERS}
+            AND status IN ('ok', 'partial')
+        ORDER BY started_at DESC LIMIT 1
+    ) r
+ORDER BY repo.id, d.model, r.started_at DESC""",
+    "report_nightly_latest": """
+SELECT rs.series_key, rs.repository, rs.suite, rs.kernel, rs.workload, rs.case_label,
+    rs.dtype, rs.device_model, rs.method, lr.run_id, lr.started_at AS measured_at,
+    c.sha AS commit_sha, m.status, m.median_ns, m.ci_low_ns, m.ci_high_ns, m.rel_ci_halfwidth,
+    m.tflops, m.gbps, m.pct_compute, m.pct_memory, m.pct_sol, m.bound, m.baseline,
+    m.baseline_median_ns, m.speedup, cfg.label AS config, lr.status AS run_status
+FROM report_latest_nightly_runs lr
+    JOIN measurements m ON m.run_id = lr.run_pk
+    JOIN report_series rs ON rs.series_id = m.series_id
+    LEFT JOIN commits c ON c.id = lr.commit_id
+    LEFT JOIN configs cfg ON cfg.id = m.config_id""",
+    "report_nightly_kernels": """
+SELECT repository, device_model, kernel, count(*) AS series, max(measured_at) AS latest_at,
+    avg(pct_sol) AS mean_pct_sol, exp(avg(ln(NULLIF(speedup, 0)))) AS speedup_geomean,
+    count(DISTINCT run_id) FILTER (WHERE run_status = 'partial') AS partial_runs
+FROM report_nightly_latest
+WHERE status = 'ok'
+GROUP BY repository, device_model, kernel""",
+    "report_bisect_steps": f"""
+SELECT b.id AS step_id, b.bisect_id, b.step, b.at, probe.author_time AS probe_time,
+    b.regression_id, repo.name AS repository, s.key AS series_key, d.model AS device_model,
+    d.host, d.uuid AS device_uuid, good.sha AS good_sha, probe.sha AS probe_sha, b.verdict,
+    b.ratio, b.ci_low, b.ci_high, b.samples, b.gpu_seconds, b.note,
+    format('bisect step %s: %s at %s against %s%s', b.step, b.verdict, left(probe.sha, 12),
+        left(good.sha, 12),
+        ', ratio ' || round(b.ratio::numeric, 3) || ' [' || round(b.ci_low::numeric, 3)
+            || ', ' || round(b.ci_high::numeric, 3) || ']') AS summary,
+    (SELECT min(m.measured_at) FROM runs r
+        JOIN devices rd ON rd.id = r.device_id
+        JOIN measurements m ON m.run_id = r.id AND m.history
+     WHERE r.commit_id = b.probe_commit_id AND r.repository_id = b.repository_id
+        AND r.trigger IN {HISTORY_TRIGGERS} AND (d.model IS NULL OR rd.model = d.model))
+        AS probe_run_at
+FROM bisect_steps b
+    JOIN repositories repo ON repo.id = b.repository_id
+    JOIN commits good ON good.id = b.good_commit_id
+    JOIN commits probe ON probe.id = b.probe_commit_id
+    LEFT JOIN devices d ON d.id = b.device_id
+    LEFT JOIN series s ON s.id = b.series_id""",
+}
+
+NEW_VIEWS = {
+    # Per repository, pool and GPU model: hours since the last nightly run (any status).
+    "report_pool_freshness": """
+SELECT repo.name AS repository, coalesce(run.pool, '') AS pool, d.model AS device_model,
+    max(run.started_at) AS last_run_at,
+    extract(epoch FROM now() - max(run.started_at)) / 3600 AS hours_since
+FROM runs run
+    JOIN repositories repo ON repo.id = run.repository_id
+    JOIN devices d ON d.id = run.device_id
+WHERE run.trigger = 'nightly'
+GROUP BY repo.name, coalesce(run.pool, ''), d.model""",
+    # History points per series: detection needs enough of them before it can judge.
+    "report_series_lengths": """
+SELECT rs.series_key, rs.repository, rs.kernel, rs.device_model, count(m.id) AS points
+FROM report_series rs
+    LEFT JOIN measurements m ON m.series_id = rs.series_id AND m.history
+GROUP BY rs.series_key, rs.repository, rs.kernel, rs.device_model""",
+}
+
+
+def _function(signature: str, body: str) -> str:
+    return (
+        f"CREATE OR REPLACE FUNCTION {signature} RETURNS TABLE (repository text, kernel text, "
+        "device_model text, regressions bigint, open_regressions bigint, series bigint, "
+        "worst_change double precision, last_at timestamptz) LANGUAGE sql STABLE "
+        f"SECURITY DEFINER SET search_path = public, pg_temp AS $fn${body}$fn$;"
+    )
+
+
+def _recreate(definitions: dict[str, str]) -> None:
+    for name in reversed(VIEWS):
+        op.execute(f"DROP VIEW {name};")
+    for name in VIEWS:
+        op.execute(f"CREATE VIEW {name} AS {definitions[name]};")
+    op.execute(f"GRANT SELECT ON {', '.join(VIEWS)} TO {READER};")
+
+
+def upgrade() -> None:
+    _recreate(VIEWS)
+    for name, body in NEW_VIEWS.items():
+        op.execute(f"CREATE VIEW {name} AS {body};")
+    op.execute(f"GRANT SELECT ON {', '.join(NEW_VIEWS)} TO {READER};")
+    op.execute(_function(*REGRESSED_KERNELS))
+
+
+def downgrade() -> None:
+    earlier = importlib.import_module("kernelwatch.store.migrations.versions.0004_dashboards")
+    signature = REGRESSED_KERNELS[0]
+    op.execute(_function(signature, earlier.FUNCTIONS[signature][1]))
+    for name in reversed(NEW_VIEWS):
+        op.execute(f"DROP VIEW {name};")
+    _recreate(earlier.VIEWS)
