@@ -10,11 +10,13 @@ from grafana_foundation_sdk.builders import dashboard as sdk
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
 from kernelwatch.analysis.thresholds import DetectorConfig
-from kernelwatch.dashboards import common
+from kernelwatch.dashboards import common, links
 from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
 
 UID = "kw-fleet"
 
+MORNING = "Last night against the night before, worst first"
+MORNING_ROWS = 200
 OPEN = "open regressions"
 UNTRIAGED = "untriaged"
 REGRESSED = "kernel x GPU regressed in range"
@@ -41,6 +43,52 @@ def dashboard() -> sdk.Dashboard:
             since="90d",
         )
         .with_variable(common.repository_variable())
+        .with_panel(
+            common.table_panel(
+                MORNING,
+                f"""
+SELECT kernel, dtype, case_label, device_model, ratio, ratio_ci_low, ratio_ci_high, verdict,
+  outcome, regression_id, previous_sha, commit_sha, run_status, night, repository, series_key,
+  {links.window_columns("night")}
+FROM report_night_comparison
+WHERE repository = '$repository' AND $__timeFilter(night)
+ORDER BY ratio DESC
+LIMIT {MORNING_ROWS}
+""",
+                w=16,
+                h=10,
+            )
+            .description(
+                "Per case, the latest nightly's median over the nightly before it on the same "
+                "GPU model, worst first; the interval runs from the latest CI's low end over "
+                "the previous CI's high end to the other way round (both stored medians' 95% "
+                "CIs), so a case whose interval excludes 1 moved. verdict/outcome: the same "
+                "night's A/B when the nightly suspected the case. Click a row for its history."
+            )
+            .decimals(3)
+            .data_links(common.history_links())
+            .override_by_name("ratio", common.cell_colors())
+            .thresholds(common.thresholds((None, "green"), (1.01, "yellow"), (1.03, "red")))
+        )
+        .with_panel(
+            common.table_panel(
+                "Last night's correctness and static findings",
+                """
+SELECT night, kind, outcome, kernel, case_label, dtype, device_model, verdict,
+  regression_id, suspicion, head_sha
+FROM report_night_suspects
+WHERE repository = '$repository' AND kind <> 'timing' AND $__timeFilter(night)
+  AND night >= (SELECT max(night) FROM report_night_suspects
+                WHERE repository = '$repository') - interval '1 day'
+ORDER BY night DESC
+""",
+                w=8,
+                h=10,
+            ).description(
+                "Correctness failures and static (build) findings of the latest night, with "
+                "what the same night made of them."
+            )
+        )
         .with_panel(
             common.stat_panel(
                 "At a glance",
@@ -82,16 +130,23 @@ SELECT
         .with_panel(
             common.table_panel(
                 "Open regressions",
-                """
-SELECT regression_id, title, state, kernels, device_models, worst_change, change_points,
-  culprit_sha, good_sha, bad_sha, assignee, age_days
-FROM report_triage_board
-WHERE open AND repository = '$repository'
-ORDER BY created_at DESC
+                f"""
+SELECT b.regression_id, b.title, b.state, b.kernels, b.device_models, b.worst_change,
+  b.change_points, b.culprit_sha, b.good_sha, b.bad_sha, b.assignee, b.age_days,
+  b.repository, w.kernel, w.dtype, w.device_model, w.series_key, {links.window_columns("w.at")}
+FROM report_triage_board b
+  LEFT JOIN report_regression_worst_series w ON w.regression_id = b.regression_id
+WHERE b.open AND b.repository = '$repository'
+ORDER BY b.created_at DESC
 """,
                 w=12,
                 h=9,
             )
+            .description(
+                "Every open regression, newest first. Click a row for the history of the "
+                "series that moved most, around the change."
+            )
+            .data_links(common.history_links())
             .unit("none")
             .override_by_name("worst_change", [common.unit("percentunit")])
             .override_by_name("age_days", [common.unit("d")])

@@ -152,11 +152,12 @@ ORDER BY 1
             common.table_panel(
                 "Change points of this series",
                 f"""
-SELECT at, commit_sha, direction, rel_change, before_ns, after_ns, regression_id,
-  regression_state, detector
-FROM report_change_points
-WHERE {_SERIES}
-ORDER BY at DESC
+SELECT cp.at, cp.commit_sha, cp.direction, cp.rel_change, cp.before_ns, cp.after_ns,
+  cp.regression_id, cp.regression_state, g.culprit_sha, g.good_sha, g.bad_sha, cp.detector
+FROM report_change_points cp
+  LEFT JOIN report_regressions g ON g.regression_id = cp.regression_id
+WHERE cp.{_SERIES}
+ORDER BY cp.at DESC
 """,
                 w=12,
                 h=8,

@@ -41,7 +41,7 @@ def window_columns(at: str) -> str:
     """SQL columns ``from_ms`` and ``to_ms``: :data:`AROUND` either side of the timestamp
     expression ``at``, for :func:`history_link_template`."""
     span = int(AROUND.total_seconds() * 1000)
-    epoch_ms = f"(extract(epoch FROM {at}) * 1000)::bigint"
+    epoch_ms = f"(date_part('epoch', {at}) * 1000)::bigint"
     return f"{epoch_ms} - {span} AS from_ms, {epoch_ms} + {span} AS to_ms"
 
 

@@ -16,6 +16,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import psycopg
@@ -27,7 +28,7 @@ from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.dashboards import alert_rules as alerts
 from kernelwatch.dashboards import catalog, inventory
 from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
-from kernelwatch.dashboards.macros import Request, expand
+from kernelwatch.dashboards.macros import Request, expand, expand_link
 from kernelwatch.dashboards.triage_board import STATES
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
@@ -170,9 +171,16 @@ def _checked_noise(conn: psycopg.Connection, planted_key: str) -> None:
         verdict="SAME", ratio=1.001, ci_low=0.995, ci_high=1.006, p_value=0.6, samples=60,
         rounds=1, gpu_seconds=2.5, outcome="checked_noise",
     )  # fmt: skip
+    # The same night, a correctness failure of another case (it needs no A/B).
+    failure = dataclasses.replace(
+        row, kind="correctness", case_label="tokens=7", series_id=None, measurement_id=None,
+        severity=None, suspicion="max abs error 3.1e-2 > tolerance 1e-2", verdict=None,
+        ratio=None, ci_low=None, ci_high=None, p_value=None, samples=0, rounds=0,
+        gpu_seconds=0.0, outcome="unconfirmed",
+    )  # fmt: skip
     with conn.transaction(), conn.cursor() as cur:
         insert_suspects(cur, conn.execute("SELECT suite FROM runs WHERE id = %s", (run_pk,))
-                        .fetchone()[0], [row])  # fmt: skip
+                        .fetchone()[0], [row, failure])  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -639,3 +647,66 @@ def test_the_worst_case_is_shown_beside_the_geometric_mean(seeded, reader):
     )
     by_cell = {(r["kernel"], r["device_model"]): r["ratio_worst"] for r in worst}
     assert by_cell[("flash_attention", "NVIDIA B200")] == pytest.approx(SLOWDOWN, abs=0.03)
+
+
+def _follow(panel: dict, row: dict, reader) -> tuple[dict[str, str], Request, dict]:
+    """Click ``row``'s data link: the kernel history's variables and time range from the
+    expanded URL, with every variable checked against the options Grafana would offer."""
+    (link,) = panel["fieldConfig"]["defaults"]["links"]
+    url = urlparse(expand_link(link["url"], row))
+    assert url.path == "/d/kw-history/"
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    choice = {k.removeprefix("var-"): v for k, v in query.items() if k.startswith("var-")}
+    request = Request(*(datetime.fromtimestamp(int(query[k]) / 1000, UTC) for k in ("from", "to")))
+    (history,) = [d for d in catalog.dashboards() if d["uid"] == "kw-history"]
+    run = _runner(reader)
+    variables = inventory.resolve(history, request, run, choice)
+    for variable in history["templating"]["list"]:
+        names, rows = run(expand(variable["query"], request, variables))
+        column = names.index("__value") if "__value" in names else 0
+        assert choice[variable["name"]] in [r[column] for r in rows], variable["name"]
+    return choice, request, variables
+
+
+def _history_rows(reader, request: Request, variables, title: str) -> list[dict]:
+    (history,) = [d for d in catalog.dashboards() if d["uid"] == "kw-history"]
+    (query,) = [q for q in inventory.dashboard_queries(history) if q.title == title]
+    names, _types, rows = reader(expand(query.sql, request, variables))
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def test_journey_from_an_open_regression_to_its_culprit_magnitude_and_repro(seeded, reader):
+    rows = _panel_rows(seeded, reader, "kw-fleet", "Open regressions")
+    (row,) = [r for r in rows if r["regression_id"] == seeded.regression_id]
+    choice, request, variables = _follow(_panel("kw-fleet", "Open regressions"), row, reader)
+    assert (choice["kernel"], choice["gpu"]) == ("flash_attention", "NVIDIA B200")
+    assert request.start < END - timedelta(days=DAYS - PLANT_DAY) < request.end
+    changes = _history_rows(reader, request, variables, "Change points of this series")
+    (change,) = [c for c in changes if c["regression_id"] == seeded.regression_id]
+    assert change["culprit_sha"] == sha(PLANT_DAY)
+    assert change["rel_change"] == pytest.approx(SLOWDOWN - 1, abs=0.02)
+    points = _history_rows(
+        reader, request, variables, "Points, with the command that measures each commit again"
+    )
+    (culprit,) = [p for p in points if p["commit_sha"] == change["culprit_sha"]]
+    assert f"git worktree add /tmp/kw-{sha(PLANT_DAY)[:12]} {sha(PLANT_DAY)}" in culprit["repro"]
+
+
+def test_morning_after_compares_the_last_two_nights_with_the_nights_verdicts(seeded, reader):
+    title = "Last night against the night before, worst first"
+    rows = _panel_rows(seeded, reader, "kw-fleet", title)
+    assert [r["ratio"] for r in rows] == sorted((r["ratio"] for r in rows), reverse=True)
+    assert {r["device_model"] for r in rows} == {MODELS[m][0] for m in (H100, H200, B200)}
+    assert all(r["ratio_ci_low"] <= r["ratio"] <= r["ratio_ci_high"] for r in rows)
+    (planted,) = [r for r in rows if r["series_key"] == seeded.planted_key]
+    assert (planted["verdict"], planted["outcome"]) == ("SAME", "checked_noise")
+    assert planted["commit_sha"] == sha(DAYS - 1) and planted["previous_sha"] == sha(DAYS - 2)
+    (failure,) = _panel_rows(
+        seeded, reader, "kw-fleet", "Last night's correctness and static findings"
+    )
+    assert (failure["kind"], failure["case_label"]) == ("correctness", "tokens=7")
+    _choice, request, variables = _follow(_panel("kw-fleet", title), planted, reader)
+    points = _history_rows(
+        reader, request, variables, "Points, with the command that measures each commit again"
+    )
+    assert {sha(DAYS - 1), sha(DAYS - 2)} <= {p["commit_sha"] for p in points}

@@ -10,6 +10,11 @@
 - ``report_pool_freshness``: hours since each pool's last nightly per repository and GPU
   model, so pipeline alerts can be limited to the configured pools.
 - ``report_series_lengths``: history points per series, for the "too short to judge" count.
+- ``report_night_comparison``: the morning-after view, per series the latest nightly against
+  the nightly before it on the same GPU model (ratio of medians, with an interval from the
+  two stored median CIs), with the same night's A/B verdict when the series was suspected.
+- ``report_regression_worst_series``: per regression the series that moved most, where a
+  link from the regression to a history goes.
 
 Revision ID: 0009
 Revises: 0008
@@ -119,6 +124,50 @@ SELECT rs.series_key, rs.repository, rs.kernel, rs.device_model, count(m.id) AS 
 FROM report_series rs
     LEFT JOIN measurements m ON m.series_id = rs.series_id AND m.history
 GROUP BY rs.series_key, rs.repository, rs.kernel, rs.device_model""",
+}
+
+NEW_VIEWS |= {
+    "report_night_comparison": f"""
+WITH previous AS (
+    SELECT DISTINCT ON (l.repository_id, l.device_model) l.run_pk AS latest_pk,
+        r.id AS run_pk, r.commit_id
+    FROM report_latest_nightly_runs l
+        JOIN devices d ON d.model = l.device_model
+        CROSS JOIN LATERAL (
+            SELECT id, started_at, commit_id FROM runs
+            WHERE device_id = d.id AND repository_id = l.repository_id
+                AND trigger IN {HISTORY_TRIGGERS} AND status IN ('ok', 'partial')
+                AND started_at < l.started_at
+            ORDER BY started_at DESC LIMIT 1
+        ) r
+    ORDER BY l.repository_id, l.device_model, r.started_at DESC
+)
+SELECT rs.series_key, rs.repository, rs.kernel, rs.dtype, rs.case_label, rs.device_model,
+    rs.method, l.run_id, l.started_at AS night, l.status AS run_status, lc.sha AS commit_sha,
+    pc.sha AS previous_sha, pm.median_ns AS previous_ns, m.median_ns AS latest_ns,
+    m.median_ns / pm.median_ns AS ratio,
+    m.ci_low_ns / NULLIF(pm.ci_high_ns, 0) AS ratio_ci_low,
+    m.ci_high_ns / NULLIF(pm.ci_low_ns, 0) AS ratio_ci_high,
+    ns.verdict, ns.outcome, ns.regression_id
+FROM report_latest_nightly_runs l
+    JOIN previous p ON p.latest_pk = l.run_pk
+    JOIN measurements m ON m.run_id = l.run_pk AND m.status = 'ok' AND m.median_ns > 0
+    JOIN measurements pm ON pm.run_id = p.run_pk AND pm.series_id = m.series_id
+        AND pm.status = 'ok' AND pm.median_ns > 0
+    JOIN report_series rs ON rs.series_id = m.series_id
+    LEFT JOIN commits lc ON lc.id = l.commit_id
+    LEFT JOIN commits pc ON pc.id = p.commit_id
+    LEFT JOIN LATERAL (
+        SELECT verdict, outcome, regression_id FROM night_suspects
+        WHERE run_id = l.run_pk AND series_id = m.series_id ORDER BY id DESC LIMIT 1
+    ) ns ON true""",
+    "report_regression_worst_series": """
+SELECT DISTINCT ON (cp.regression_id) cp.regression_id, rs.series_key, rs.repository,
+    rs.kernel, rs.dtype, rs.case_label, rs.device_model, cp.at, cp.rel_change
+FROM change_points cp
+    JOIN report_series rs ON rs.series_id = cp.series_id
+WHERE cp.regression_id IS NOT NULL
+ORDER BY cp.regression_id, abs(cp.rel_change) DESC, rs.series_key""",
 }
 
 
