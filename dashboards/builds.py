@@ -15,6 +15,8 @@ UID = "kw-builds"
 
 _FILTER = """repository = '$repository' AND kernel = '$kernel' AND arch IN ($arch)
   AND dtype IN ($dtype)"""
+#: Builds over the tracked branch's commits: a PR's or a bisection's builds are not on it.
+_BRANCH = "trigger IN ('nightly', 'manual')"
 _LINE = "function || ' ' || arch || ' ' || dtype || ' ' || case_label"
 _TENSOR_CORE_LABELS = {
     "HMMA": "HMMA (mma.sync)",
@@ -32,7 +34,7 @@ def _over_commits(title: str, column: str, unit: str) -> timeseries.Panel:
         f"""
 SELECT at AS "time", {_LINE} AS metric, {column}
 FROM report_build_history
-WHERE {_FILTER} AND status = 'ok' AND $__timeFilter(at)
+WHERE {_FILTER} AND status = 'ok' AND {_BRANCH} AND $__timeFilter(at)
 ORDER BY 1
 """,
         w=12,
@@ -88,7 +90,7 @@ def dashboard() -> sdk.Dashboard:
                 f"""
 SELECT at AS "time", {_LINE} AS metric, tensor_core_rank
 FROM report_build_history
-WHERE {_FILTER} AND status = 'ok' AND $__timeFilter(at)
+WHERE {_FILTER} AND status = 'ok' AND {_BRANCH} AND $__timeFilter(at)
 ORDER BY 1
 """,
                 w=24,

@@ -25,6 +25,7 @@ from kernelwatch.report.compare import comparison_from_runs
 from kernelwatch.report.html import write_compare_report
 from kernelwatch.report.markdown import error_comment, pr_comment
 from kernelwatch.report.repro import repository_sources
+from kernelwatch.store.pr_findings import record_comparison
 
 NO_REGRESSION, REGRESSION, ERROR = 0, 1, 2
 
@@ -99,6 +100,7 @@ def pr_check(
             conn, run_a.info.run_id, run_b.info.run_id, config.thresholds
         )
         report = write_compare_report(conn, comparison, out, sources=repository_sources(config))
+        record_comparison(conn, comparison, str(report))
     comment = out / "pr-comment.md"
     markdown = pr_comment(comparison, report_link=str(report))
     comment.write_text(markdown)

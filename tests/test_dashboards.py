@@ -33,9 +33,11 @@ from kernelwatch.dashboards.triage_board import STATES
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
+from kernelwatch.report.compare import comparison_from_runs
 from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
+from kernelwatch.store.pr_findings import record_comparison
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.suspects import SuspectRow, insert_suspects
 from kernelwatch.store.synthetic_fleet import (
@@ -183,6 +185,35 @@ def _checked_noise(conn: psycopg.Connection, planted_key: str) -> None:
                         .fetchone()[0], [row, failure])  # fmt: skip
 
 
+PR_REPORT = "https://reports.example/kernelwatch/compare-pr-1.html"
+
+
+def _pr_check(conn: psycopg.Connection, ingester: Ingester) -> str:
+    """A PR check on B200 whose head slows every flash_attention case by 10%, compared and
+    recorded as the PR flow does; the head run's id."""
+    rng = np.random.default_rng(11)
+    fleet_cases = cases(21)
+    fleet = Fleet(models=3, series=21, days=DAYS, samples=30, pr_runs_per_day=0)
+    level = rng.uniform(5e3, 5e6, size=len(fleet_cases))
+    slowed = level * np.array([SLOWDOWN if c.kernel == "flash_attention" else 1.0
+                               for c in fleet_cases])  # fmt: skip
+    at = END - timedelta(hours=5)
+    base_commit = CommitInfo(sha(DAYS - 1), (sha(DAYS - 2),), at.isoformat(), "change", "main")
+    head_commit = CommitInfo("f" * 40, (sha(DAYS - 1),), at.isoformat(), "pr 1", "pr-1")
+    device = devices(B200)[0]
+    base = make_run(fleet, rng, device, fleet_cases, level, at, "pr", base_commit)
+    head = make_run(fleet, rng, device, fleet_cases, slowed, at + timedelta(minutes=30), "pr",
+                    head_commit, sha(DAYS - 1))  # fmt: skip
+    # and its sm_100a build loses the tcgen05 path and spills: a static finding
+    base = Run(base.info, (*base.records, _build("sm_100a", "fp16", 0)))
+    head = Run(head.info, (*head.records, _build("sm_100a", "fp16", PLANT_DAY)))
+    for run in (base, head):
+        ingester.ingest(run)
+    comparison = comparison_from_runs(conn, base.info.run_id, head.info.run_id, Thresholds())
+    record_comparison(conn, comparison, PR_REPORT)
+    return head.info.run_id
+
+
 @pytest.fixture(scope="module")
 def seeded(pg_server):
     """One database with the seeded history, shared by this module's read-only tests."""
@@ -209,10 +240,12 @@ def seeded(pg_server):
         add_regressions(conn, 20, seed=1, back=12)
         for run in comm_runs(END, 3):  # after the synthetic regressions, which pick series
             ingester.ingest(run)
+        pr_head = _pr_check(conn, ingester)
     reader = url.replace("postgres@", "kernelwatch_reader@", 1)
     return SimpleNamespace(
         url=url, reader=reader, report=report, regression_id=regression_id,
-        planted_key=planted_key, request=Request(END - timedelta(days=60), datetime.now(UTC)),
+        planted_key=planted_key, pr_head=pr_head,
+        request=Request(END - timedelta(days=60), datetime.now(UTC)),
     )  # fmt: skip
 
 
@@ -243,7 +276,11 @@ HISTORY_CHOICE = {"kernel": "flash_attention", "dtype": "fp16", "gpu": "NVIDIA B
 
 def _choices(seeded) -> dict[str, dict[str, object]]:
     history = {**HISTORY_CHOICE, "case": seeded.planted_key}
-    return {"kw-history": history, "kw-builds": {"kernel": "flash_attention"}}
+    return {
+        "kw-history": history,
+        "kw-builds": {"kernel": "flash_attention"},
+        "kw-pr": {"check": seeded.pr_head},
+    }
 
 
 def _panel_rows(seeded, reader, dashboard_uid: str, title: str):
@@ -710,3 +747,22 @@ def test_morning_after_compares_the_last_two_nights_with_the_nights_verdicts(see
         reader, request, variables, "Points, with the command that measures each commit again"
     )
     assert {sha(DAYS - 1), sha(DAYS - 2)} <= {p["commit_sha"] for p in points}
+
+
+def test_pr_dashboard_shows_the_ab_verdicts_of_a_pr_check(seeded, reader):
+    title = "A/B verdicts, slowest first"
+    rows = _panel_rows(seeded, reader, "kw-pr", title)
+    assert len(rows) == 21 and {r["head_sha"] for r in rows} == {"f" * 40}
+    slower = [r for r in rows if r["verdict"] == "SLOWER"]
+    assert {r["kernel"] for r in slower} == {"flash_attention"} and len(slower) == 3
+    assert rows[:3] == sorted(slower, key=lambda r: -r["ratio"])
+    for r in slower:
+        assert r["ci_low"] <= r["ratio"] <= r["ci_high"]
+        assert r["ratio"] == pytest.approx(SLOWDOWN, abs=0.03)
+    assert {r["verdict"] for r in rows[3:]} <= {"SAME", "AMBIGUOUS", "FASTER"}
+    (link,) = _panel("kw-pr", title)["fieldConfig"]["defaults"]["links"]
+    assert expand_link(link["url"], rows[0]) == PR_REPORT
+    static = _panel_rows(seeded, reader, "kw-pr", "Static findings and correctness failures")
+    assert static and {(r["kind"], r["kernel"]) for r in static} == {("static", "flash_attention")}
+    counts = _panel_rows(seeded, reader, "kw-pr", "Verdicts of this check")
+    assert sum(c["cases"] for c in counts) == 21

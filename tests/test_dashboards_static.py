@@ -38,7 +38,8 @@ def dashboards():
 def test_generated_dashboards_are_structurally_sound(dashboards):
     assert checks.problems(dashboards) == []
     assert [d["uid"] for d in dashboards] == [
-        "kw-fleet", "kw-history", "kw-sol", "kw-builds", "kw-health", "kw-triage", "kw-comm",
+        "kw-fleet", "kw-pr", "kw-history", "kw-sol", "kw-builds", "kw-health", "kw-triage",
+        "kw-comm",
     ]  # fmt: skip
     assert {d["schemaVersion"] for d in dashboards} == {checks.SCHEMA_VERSION}
 
@@ -297,3 +298,19 @@ def test_export_writes_every_dashboard_and_the_alerting_file(kernelwatch_cli, tm
     (tmp_path / "file").write_text("")
     refused = kernelwatch_cli("dashboards", "export", str(tmp_path / "file"))
     assert refused.returncode == 2 and refused.stderr.startswith("error: ")
+
+
+def test_export_writes_the_alert_rules_of_kernelwatch_toml(kernelwatch_cli, tmp_path):
+    (tmp_path / "kernelwatch.toml").write_text(
+        '[pools.h100]\ngpu = "H100"\n\n[notifications]\nannouncer = "flow"\n'
+    )
+    result = kernelwatch_cli("dashboards", "export", "out", "--provisioning", "prov", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    alerting = json.loads((tmp_path / "prov" / "alerting" / "kernelwatch.json").read_text())
+    rules = {r["uid"]: r for r in alerting["groups"][0]["rules"]}
+    assert "kw-regression-open" not in rules  # the flow announces
+    sql = rules["kw-nightly-missing"]["data"][0]["model"]["rawSql"]
+    assert "pool IN ('h100')" in sql
+    (tmp_path / "kernelwatch.toml").write_text('[notifications]\nannouncer = "pager"\n')
+    refused = kernelwatch_cli("dashboards", "export", "out", "--provisioning", "p", cwd=tmp_path)
+    assert refused.returncode == 2 and "announcer must be one of flow, grafana" in refused.stderr

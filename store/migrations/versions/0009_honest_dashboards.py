@@ -15,6 +15,10 @@
   two stored median CIs), with the same night's A/B verdict when the series was suspected.
 - ``report_regression_worst_series``: per regression the series that moved most, where a
   link from the regression to a history goes.
+- ``pr_findings`` and ``report_pr_findings``: what a PR check concluded (each case's A/B
+  verdict with ratio and CI, static findings, correctness failures) and where its comparison
+  report is, for the PR dashboard (the verdicts are computed when the check runs, from the
+  stored samples and that day's thresholds, and kept as they were reported).
 
 Revision ID: 0009
 Revises: 0008
@@ -170,6 +174,39 @@ WHERE cp.regression_id IS NOT NULL
 ORDER BY cp.regression_id, abs(cp.rel_change) DESC, rs.series_key""",
 }
 
+PR_FINDINGS = """
+CREATE TABLE pr_findings (
+    id           bigserial PRIMARY KEY,
+    head_run_id  bigint NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    base_run_id  bigint NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    kind         text NOT NULL CHECK (kind IN ('timing', 'static', 'correctness')),
+    kernel       text NOT NULL,
+    case_label   text NOT NULL,
+    dtype        text NOT NULL,
+    -- timing: the A/B verdict; static: the rule; correctness: the check's verdict
+    verdict      text NOT NULL,
+    ratio        double precision,
+    ci_low       double precision,
+    ci_high      double precision,
+    p_value      double precision,
+    detail       text NOT NULL DEFAULT '',
+    report       text
+);
+CREATE INDEX pr_findings_head_idx ON pr_findings (head_run_id);"""
+
+NEW_VIEWS["report_pr_findings"] = """
+SELECT f.id AS finding_id, repo.name AS repository, head.run_id, head.started_at,
+    hc.sha AS head_sha, bc.sha AS base_sha, d.model AS device_model, f.kind, f.kernel,
+    f.case_label, f.dtype, f.verdict, f.ratio, f.ci_low, f.ci_high, f.p_value, f.detail,
+    f.report
+FROM pr_findings f
+    JOIN runs head ON head.id = f.head_run_id
+    JOIN runs base ON base.id = f.base_run_id
+    JOIN repositories repo ON repo.id = head.repository_id
+    JOIN devices d ON d.id = head.device_id
+    LEFT JOIN commits hc ON hc.id = head.commit_id
+    LEFT JOIN commits bc ON bc.id = base.commit_id"""
+
 
 def _function(signature: str, body: str) -> str:
     return (
@@ -189,6 +226,7 @@ def _recreate(definitions: dict[str, str]) -> None:
 
 
 def upgrade() -> None:
+    op.execute(PR_FINDINGS)
     _recreate(VIEWS)
     for name, body in NEW_VIEWS.items():
         op.execute(f"CREATE VIEW {name} AS {body};")
@@ -203,3 +241,4 @@ def downgrade() -> None:
     for name in reversed(NEW_VIEWS):
         op.execute(f"DROP VIEW {name};")
     _recreate(earlier.VIEWS)
+    op.execute("DROP TABLE pr_findings;")
