@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelwatch.dashboards import builds, comm, common, fleet, health, sol
+from kernelwatch.dashboards import builds, comm, common, fleet, health, quarter, sol
 from kernelwatch.dashboards import kernel_history as history
 from kernelwatch.dashboards import pull_requests as prs
 from kernelwatch.dashboards import triage_board as triage
 
 #: In the order Grafana's dashboard list and the export show them.
-MODULES = (fleet, prs, history, sol, builds, health, triage, comm)
+MODULES = (fleet, prs, history, quarter, sol, builds, health, triage, comm)
 
 
 def dashboards() -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as sdk
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
-from kernelwatch.dashboards import common
+from kernelwatch.dashboards import common, marks
 
 UID = "kw-history"
 
@@ -79,31 +79,8 @@ ORDER BY 1
 """,
             )
         )
-        .annotation(
-            common.sql_annotation(
-                "Change points",
-                f"""
-SELECT at AS "time", summary AS text, 'change point,' || direction AS tags
-FROM report_change_points
-WHERE {_SERIES} AND $__timeFilter(at)
-""",
-                "red",
-            )
-        )
-        .annotation(
-            common.sql_annotation(
-                "Bisection verdicts",
-                f"""
-SELECT coalesce(probe_run_at, probe_time, at) AS "time", summary AS text,
-  'bisect,' || verdict AS tags
-FROM report_bisect_steps
-WHERE ({_SERIES} OR regression_id IN (
-    SELECT regression_id FROM report_change_points WHERE {_SERIES}))
-  AND coalesce(probe_run_at, probe_time, at) BETWEEN $__timeFrom() AND $__timeTo()
-""",
-                "purple",
-            )
-        )
+        .annotation(marks.change_points(_SERIES))
+        .annotation(marks.bisection_verdicts(_SERIES))
         .annotation(
             common.sql_annotation(
                 "Checked the same night",

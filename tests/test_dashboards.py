@@ -241,10 +241,15 @@ def seeded(pg_server):
         for run in comm_runs(END, 3):  # after the synthetic regressions, which pick series
             ingester.ingest(run)
         pr_head = _pr_check(conn, ingester)
+        quarter_keys = [k for (k,) in conn.execute(
+            "SELECT s.key FROM series s JOIN kernels k ON k.id = s.kernel_id "
+            "WHERE k.name = 'flash_attention' AND s.device_model = %s ORDER BY 1",
+            (MODELS[B200][0],),
+        )]  # fmt: skip
     reader = url.replace("postgres@", "kernelwatch_reader@", 1)
     return SimpleNamespace(
         url=url, reader=reader, report=report, regression_id=regression_id,
-        planted_key=planted_key, pr_head=pr_head,
+        planted_key=planted_key, pr_head=pr_head, quarter_keys=quarter_keys,
         request=Request(END - timedelta(days=60), datetime.now(UTC)),
     )  # fmt: skip
 
@@ -280,6 +285,11 @@ def _choices(seeded) -> dict[str, dict[str, object]]:
         "kw-history": history,
         "kw-builds": {"kernel": "flash_attention"},
         "kw-pr": {"check": seeded.pr_head},
+        "kw-quarter": {
+            "kernel": ["flash_attention"],
+            "gpu": [MODELS[B200][0]],
+            "case": seeded.quarter_keys,
+        },
     }
 
 
@@ -766,3 +776,28 @@ def test_pr_dashboard_shows_the_ab_verdicts_of_a_pr_check(seeded, reader):
     assert static and {(r["kind"], r["kernel"]) for r in static} == {("static", "flash_attention")}
     counts = _panel_rows(seeded, reader, "kw-pr", "Verdicts of this check")
     assert sum(c["cases"] for c in counts) == 21
+
+
+def test_quarter_view_plots_ours_and_the_baselines_medians_for_three_cases(seeded, reader):
+    assert len(seeded.quarter_keys) == 3
+    title = "Median, ours and the baseline library's (log scale)"
+    rows = _panel_rows(seeded, reader, "kw-quarter", title)
+    lines: dict[str, list] = {}
+    for row in rows:
+        lines.setdefault(row["metric"], []).append(row)
+    ours = sorted(m for m in lines if m.endswith("(ours)"))
+    torch = sorted(m for m in lines if m.endswith("(torch)"))
+    assert len(ours) == len(torch) == 3 and len(lines) == 6
+    assert all(m.startswith("flash_attention ") and " on NVIDIA B200 " in m for m in ours)
+    for mine, theirs in zip(ours, torch, strict=True):
+        assert len(lines[mine]) == len(lines[theirs]) == DAYS
+        ratio = np.median([t["median_ns"] / o["median_ns"]
+                           for o, t in zip(lines[mine], lines[theirs], strict=True)])  # fmt: skip
+        assert ratio == pytest.approx(1.2, rel=0.03)  # the seeded library is 20% slower
+    by_commit = _panel_rows(
+        seeded, reader, "kw-quarter",
+        "Median by commit order, ours and the baseline library's (log scale)",
+    )  # fmt: skip
+    assert {r["commit_index"] for r in by_commit} == set(range(1, DAYS + 1))
+    panel = _panel("kw-quarter", title)
+    assert panel["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]["type"] == "log"

@@ -38,8 +38,8 @@ def dashboards():
 def test_generated_dashboards_are_structurally_sound(dashboards):
     assert checks.problems(dashboards) == []
     assert [d["uid"] for d in dashboards] == [
-        "kw-fleet", "kw-pr", "kw-history", "kw-sol", "kw-builds", "kw-health", "kw-triage",
-        "kw-comm",
+        "kw-fleet", "kw-pr", "kw-history", "kw-quarter", "kw-sol", "kw-builds", "kw-health",
+        "kw-triage", "kw-comm",
     ]  # fmt: skip
     assert {d["schemaVersion"] for d in dashboards} == {checks.SCHEMA_VERSION}
 

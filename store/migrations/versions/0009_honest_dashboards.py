@@ -15,6 +15,9 @@
   two stored median CIs), with the same night's A/B verdict when the series was suspected.
 - ``report_regression_worst_series``: per regression the series that moved most, where a
   link from the regression to a history goes.
+- ``report_quarter_points``: every history point with the case as one text
+  (``kernel dtype case on GPU``), its place in the series (commit order), ours and the baseline
+  library's medians, throughput and %SOL, for the several-cases history.
 - ``pr_findings`` and ``report_pr_findings``: what a PR check concluded (each case's A/B
   verdict with ratio and CI, static findings, correctness failures) and where its comparison
   report is, for the PR dashboard (the verdicts are computed when the check runs, from the
@@ -36,6 +39,8 @@ branch_labels = None
 depends_on = None
 
 READER = "kernelwatch_reader"
+#: One case as text everywhere a person reads it: ``kernel dtype case on GPU``.
+CASE_TEXT = "rs.kernel || ' ' || rs.dtype || ' ' || rs.case_label || ' on ' || rs.device_model"
 OPEN_STATES = "('untriaged', 'acknowledged', 'investigating')"
 DISMISSED_STATES = "('false_positive', 'wont_fix')"
 HISTORY_TRIGGERS = "('nightly', 'manual')"
@@ -173,6 +178,25 @@ FROM change_points cp
 WHERE cp.regression_id IS NOT NULL
 ORDER BY cp.regression_id, abs(cp.rel_change) DESC, rs.series_key""",
 }
+
+NEW_VIEWS["report_quarter_points"] = f"""
+SELECT rs.series_key, rs.repository, rs.kernel, rs.dtype, rs.case_label, rs.device_model,
+    rs.method, {CASE_TEXT} AS case_text, m.measured_at, c.sha AS commit_sha,
+    -- the nightlies measure one commit each: a point's place in its series is its commit's
+    -- place on the branch (partitioned by series, so a filter on it is applied first)
+    row_number() OVER (PARTITION BY rs.series_key ORDER BY m.measured_at) AS commit_index,
+    m.median_ns, m.baseline, m.baseline_median_ns, m.tflops, m.gbps, m.pct_sol, m.speedup
+FROM measurements m
+    JOIN report_series rs ON rs.series_id = m.series_id
+    JOIN runs r ON r.id = m.run_id
+    LEFT JOIN commits c ON c.id = r.commit_id
+WHERE m.history AND m.status = 'ok'"""
+
+# The cases the several-cases history offers, with the same text.
+NEW_VIEWS["report_quarter_cases"] = f"""
+SELECT rs.series_key, rs.repository, rs.kernel, rs.dtype, rs.device_model, rs.method,
+    {CASE_TEXT} AS case_text
+FROM report_series rs"""
 
 PR_FINDINGS = """
 CREATE TABLE pr_findings (
