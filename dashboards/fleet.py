@@ -162,7 +162,14 @@ ORDER BY regressions DESC, worst_change DESC
 """,
                 w=12,
                 h=9,
-            ).override_by_name("worst_change", [common.unit("percentunit")])
+            )
+            .description(
+                "Per kernel and GPU model: regressions (false positives and won't-fix left out) "
+                "whose change points fall in the time range, how many are still open, how many "
+                "series moved and the worst change. Set the range to this quarter to see which "
+                "kernels regressed this quarter on each GPU."
+            )
+            .override_by_name("worst_change", [common.unit("percentunit")])
         )
         .with_panel(_drift("geometric mean over cases", "ratio_geomean", 1.01, 1.03))
         .with_panel(_drift("worst case", "ratio_worst", 1.03, 1.05))
@@ -178,6 +185,12 @@ WHERE repository = '$repository'
 """,
                 w=12,
                 h=8,
+            )
+            .description(
+                "Mean %SOL (the larger of compute and memory throughput against the GPU's "
+                "datasheet peak) over the cases of the latest nightly per GPU model; red under 40,"
+                " green from 80. A GPU model whose latest nightly was partial is labelled (partial"
+                " run)."
             )
             .with_transformation(common.matrix("kernel", "device_model", "mean_pct_sol"))
             .unit("percent")

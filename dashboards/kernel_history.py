@@ -44,6 +44,11 @@ ORDER BY 1
         w=24,
         h=10,
         unit="ns",
+    ).description(
+        "The chosen series' median per nightly with its 95% CI band (from the stored samples), in "
+        "ns. Red marks: change points; purple: bisection verdicts at the nightly point of the "
+        "probed commit; orange: what the nightly suspected and its same-night A/B; blue: method "
+        "changes."
     )
     for name, properties in _band("ci_low", "ci_high"):
         median = median.override_by_name(name, properties)
@@ -117,7 +122,12 @@ ORDER BY 1
                 w=12,
                 h=8,
                 unit="percent",
-            ).override_by_name(
+            )
+            .description(
+                "%SOL per nightly (left axis, percent) and speedup over the stock library measured"
+                " in the same run (right axis, x; above 1 is faster than the library)."
+            )
+            .override_by_name(
                 "speedup",
                 [
                     common.unit("x"),
@@ -138,7 +148,13 @@ ORDER BY cp.at DESC
 """,
                 w=12,
                 h=8,
-            ).override_by_name("rel_change", [common.unit("percentunit")])
+            )
+            .description(
+                "Every change point detected on this series, newest first: relative change "
+                "(percent), level before and after (ns), the regression it belongs to with its "
+                "state, culprit and good..bad range."
+            )
+            .override_by_name("rel_change", [common.unit("percentunit")])
         )
         .with_panel(
             common.table_panel(
@@ -152,6 +168,12 @@ ORDER BY measured_at DESC
 """,
                 w=24,
                 h=10,
-            ).override_by_name("rel_ci_halfwidth", [common.unit("percentunit")])
+            )
+            .description(
+                "Every nightly point in the time range with its CI, sample count, throttled "
+                "samples, launch config, host and device; repro is the command that measures that "
+                "commit again the same way (run it in a clone of the kernel repository)."
+            )
+            .override_by_name("rel_ci_halfwidth", [common.unit("percentunit")])
         )
     )

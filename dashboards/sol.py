@@ -55,6 +55,10 @@ LIMIT {BARS}
                 h=14,
                 unit="percent",
             )
+            .description(
+                "The cases of the latest nightly in the time range furthest from speed-of-light, "
+                "for the chosen GPUs, kernels and dtypes (percent of the GPU's datasheet peak)."
+            )
             .min(0)
             .max(100)
             .reduce_options(common.row_values(BARS))
@@ -76,6 +80,11 @@ ORDER BY speedup_geomean
                 h=14,
                 unit="x",
             )
+            .description(
+                "Geometric mean over the chosen dtypes' cases of our speedup over the stock "
+                "library in the latest nightly in the time range (x; red below 1: slower than the "
+                "library)."
+            )
             .reduce_options(common.row_values(BARS))
             .thresholds(common.thresholds((None, "red"), (1.0, "green")))
         )
@@ -93,6 +102,11 @@ LIMIT {TABLE_ROWS}
 """,
                 w=24,
                 h=12,
+            )
+            .description(
+                "The latest nightly's cases in the time range with median (ns), TFLOP/s, GB/s, % "
+                "of compute and memory peak, %SOL, the bound, the baseline library with its median"
+                " and our speedup, and whether the run was partial."
             )
             .override_by_name("pct_sol", [common.unit("percent"), *common.cell_colors()])
             .override_by_name("speedup", [common.unit("x")])

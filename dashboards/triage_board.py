@@ -47,7 +47,12 @@ ORDER BY state
 """,
                 w=24,
                 h=4,
-            ).reduce_options(common.row_values())
+            )
+            .description(
+                "Regressions per state among exactly those the table below lists: open ones "
+                "whatever their age, closed ones opened in the time range."
+            )
+            .reduce_options(common.row_values())
         )
         .with_panel(
             common.table_panel(
@@ -62,6 +67,11 @@ ORDER BY open DESC, created_at DESC
 """,
                 w=24,
                 h=12,
+            )
+            .description(
+                "One line per regression: kind, what opened it, magnitude and worst change "
+                "(percent), kernels and GPUs, commit range and culprit, bisection progress, "
+                "assignee, age (days) and the last triage event."
             )
             .override_by_name("magnitude", [common.unit("percentunit")])
             .override_by_name("worst_change", [common.unit("percentunit")])
@@ -79,6 +89,10 @@ ORDER BY night DESC, severity DESC NULLS LAST
 """,
                 w=24,
                 h=9,
+            ).description(
+                "Every case a nightly suspected in the time range, with the same night's A/B "
+                "verdict (ratio and 95% CI, samples, device seconds) and its outcome: regression, "
+                "improvement, checked noise, waiting or unconfirmed."
             )
         )
         .with_panel(
@@ -93,6 +107,9 @@ ORDER BY at DESC, step DESC
 """,
                 w=12,
                 h=9,
+            ).description(
+                "Each bisection step in the time range: the probed commit against the good one, "
+                "the A/B verdict with ratio and CI, samples and device seconds."
             )
         )
         .with_panel(
@@ -106,6 +123,9 @@ ORDER BY at DESC
 """,
                 w=12,
                 h=9,
+            ).description(
+                "Every triage event in the time range: who moved which regression to which state, "
+                "and why."
             )
         )
     )

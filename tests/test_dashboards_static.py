@@ -314,3 +314,9 @@ def test_export_writes_the_alert_rules_of_kernelwatch_toml(kernelwatch_cli, tmp_
     (tmp_path / "kernelwatch.toml").write_text('[notifications]\nannouncer = "pager"\n')
     refused = kernelwatch_cli("dashboards", "export", "out", "--provisioning", "p", cwd=tmp_path)
     assert refused.returncode == 2 and "announcer must be one of flow, grafana" in refused.stderr
+
+
+def test_every_panel_says_what_it_shows(dashboards):
+    missing = [(d["uid"], p["title"]) for d in dashboards for p in d["panels"]
+               if len(p.get("description", "")) < 40]  # fmt: skip
+    assert missing == []
