@@ -41,6 +41,35 @@ class RegressionNotice:
     """The command that measures the culprit again (or bisects the range while none)."""
 
 
+@dataclass(frozen=True)
+class ResolvedNotice:
+    """A regression announced by the flow and now resolved (``state``: fixed, wont_fix,
+    false_positive, hardware_issue); acknowledging sends nothing."""
+
+    regression_id: int
+    repository: str
+    title: str
+    state: str
+    by: str
+
+
+def send_resolved(
+    notice: ResolvedNotice, targets: Notifications, timeout_s: float = 10.0
+) -> list[str]:
+    """Tell every target that ``notice``'s regression is resolved; one line per failure."""
+    problems: list[str] = []
+    for url in targets.webhooks:
+        body = {"event": "kernelwatch.resolved", "resolved": [asdict(notice)]}
+        problems.extend(_post(url, body, timeout_s))
+    text = (
+        f":white_check_mark: *{notice.repository}* regression #{notice.regression_id} "
+        f"resolved as {notice.state} by {notice.by}: {notice.title}"
+    )
+    for url in targets.slack:
+        problems.extend(_post(url, {"text": text}, timeout_s))
+    return problems
+
+
 def bisect_command(regression_id: int, repository: str) -> str:
     """The command that bisects a stored regression's range."""
     return f"kernelwatch bisect --regression {regression_id} --repository {repository}"

@@ -144,3 +144,27 @@ def test_announcements_link_to_their_panel():
         annotations = rule["annotations"]
         assert annotations["__dashboardUid__"] in ("kw-triage", "kw-health"), rule["uid"]
         assert int(annotations["__panelId__"]) >= 1
+
+
+def test_with_the_flow_announcing_ack_sends_nothing_and_resolve_sends_one_resolved(
+    regression, kernelwatch_cli, monkeypatch, tmp_path
+):
+    url, regression_id = regression
+    monkeypatch.setenv("KERNELWATCH_DATABASE_URL", url)
+    with webhook_recorder() as (base, received):
+        config = tmp_path / "kernelwatch.toml"
+        config.write_text(f'[notifications]\nwebhooks = ["{base}/hook"]\n')
+        monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+        acked = kernelwatch_cli("regressions", "ack", str(regression_id), "--by", "alice")
+        assert acked.returncode == 0, acked.stderr
+        assert received == []
+        resolved = kernelwatch_cli(
+            "regressions", "resolve", str(regression_id), "--as", "fixed", "--by", "alice"
+        )
+        assert resolved.returncode == 0, resolved.stderr
+    ((path, body),) = received
+    assert path == "/hook" and body["event"] == "kernelwatch.resolved"
+    ((notice),) = body["resolved"]
+    assert (notice["regression_id"], notice["state"], notice["by"]) == (
+        regression_id, "fixed", "alice",
+    )  # fmt: skip
