@@ -131,13 +131,12 @@ SELECT
             common.table_panel(
                 "Open regressions",
                 f"""
-SELECT b.regression_id, b.title, b.state, b.kernels, b.device_models, b.worst_change,
-  b.change_points, b.culprit_sha, b.good_sha, b.bad_sha, b.assignee, b.age_days,
-  b.repository, w.kernel, w.dtype, w.device_model, w.series_key, {links.window_columns("w.at")}
-FROM report_triage_board b
-  LEFT JOIN report_regression_worst_series w ON w.regression_id = b.regression_id
-WHERE b.open AND b.repository = '$repository'
-ORDER BY b.created_at DESC
+SELECT regression_id, title, state, kernels, device_models, worst_change, change_points,
+  culprit_sha, good_sha, bad_sha, assignee, age_days, repository, kernel, dtype, device_model,
+  series_key, {links.window_columns("change_at")}
+FROM report_triage_links
+WHERE open AND repository = '$repository'
+ORDER BY created_at DESC
 """,
                 w=12,
                 h=9,

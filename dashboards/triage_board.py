@@ -11,7 +11,7 @@ import typing
 from grafana_foundation_sdk.builders import dashboard as sdk
 
 from kernelwatch.analysis.triage_rules import OPEN, State
-from kernelwatch.dashboards import common
+from kernelwatch.dashboards import common, links
 
 UID = "kw-triage"
 
@@ -60,8 +60,9 @@ ORDER BY state
                 f"""
 SELECT regression_id, kind, opened_by, title, state, cause, magnitude, kernels, device_models,
   change_points, worst_change, good_sha, bad_sha, culprit_sha, bisect_steps, last_verdict,
-  assignee, bug_url, age_days, last_event_at, last_actor, last_note
-FROM report_triage_board
+  assignee, bug_url, age_days, last_event_at, last_actor, last_note, repository, kernel, dtype,
+  device_model, series_key, {links.window_columns("change_at")}
+FROM report_triage_links
 WHERE {_SHOWN}
 ORDER BY open DESC, created_at DESC
 """,
@@ -71,8 +72,10 @@ ORDER BY open DESC, created_at DESC
             .description(
                 "One line per regression: kind, what opened it, magnitude and worst change "
                 "(percent), kernels and GPUs, commit range and culprit, bisection progress, "
-                "assignee, age (days) and the last triage event."
+                "assignee, age (days) and the last triage event. Click a row for the history "
+                "of the series that moved most, around the change."
             )
+            .data_links(common.history_links())
             .override_by_name("magnitude", [common.unit("percentunit")])
             .override_by_name("worst_change", [common.unit("percentunit")])
             .override_by_name("age_days", [common.unit("d")])
@@ -80,20 +83,24 @@ ORDER BY open DESC, created_at DESC
         .with_panel(
             common.table_panel(
                 "Suspected at night, and what the same-night A/B said",
-                """
+                f"""
 SELECT night, kind, outcome, kernel, case_label, dtype, device_model, verdict, ratio, ci_low,
-  ci_high, samples, gpu_seconds, regression_id, base_sha, head_sha, suspicion, note
+  ci_high, samples, gpu_seconds, regression_id, base_sha, head_sha, suspicion, note,
+  repository, series_key, {links.window_columns("night")}
 FROM report_night_suspects
 WHERE repository = '$repository' AND $__timeFilter(night)
 ORDER BY night DESC, severity DESC NULLS LAST
 """,
                 w=24,
                 h=9,
-            ).description(
+            )
+            .description(
                 "Every case a nightly suspected in the time range, with the same night's A/B "
                 "verdict (ratio and 95% CI, samples, device seconds) and its outcome: regression, "
-                "improvement, checked noise, waiting or unconfirmed."
+                "improvement, checked noise, waiting or unconfirmed. Click a timing row for the "
+                "case's history around that night."
             )
+            .data_links(common.history_links())
         )
         .with_panel(
             common.table_panel(

@@ -801,3 +801,15 @@ def test_quarter_view_plots_ours_and_the_baselines_medians_for_three_cases(seede
     assert {r["commit_index"] for r in by_commit} == set(range(1, DAYS + 1))
     panel = _panel("kw-quarter", title)
     assert panel["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]["type"] == "log"
+
+
+def test_triage_rows_link_to_the_history_of_what_moved(seeded, reader):
+    rows = _panel_rows(seeded, reader, "kw-triage", "Regressions")
+    (row,) = [r for r in rows if r["regression_id"] == seeded.regression_id]
+    choice, _request, _variables = _follow(_panel("kw-triage", "Regressions"), row, reader)
+    assert (choice["kernel"], choice["gpu"]) == ("flash_attention", "NVIDIA B200")
+    title = "Suspected at night, and what the same-night A/B said"
+    suspects = _panel_rows(seeded, reader, "kw-triage", title)
+    (planted,) = [s for s in suspects if s["series_key"] == seeded.planted_key]
+    choice, _request, _variables = _follow(_panel("kw-triage", title), planted, reader)
+    assert choice["case"] == seeded.planted_key

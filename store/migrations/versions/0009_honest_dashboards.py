@@ -14,7 +14,8 @@
   the nightly before it on the same GPU model (ratio of medians, with an interval from the
   two stored median CIs), with the same night's A/B verdict when the series was suspected.
 - ``report_regression_worst_series``: per regression the series that moved most, where a
-  link from the regression to a history goes.
+  link from the regression to a history goes; ``report_triage_links``: the triage board
+  with those columns.
 - ``report_quarter_points``: every history point with the case as one text
   (``kernel dtype case on GPU``), its place in the series (commit order), ours and the baseline
   library's medians, throughput and %SOL, for the several-cases history.
@@ -191,6 +192,12 @@ FROM measurements m
     JOIN runs r ON r.id = m.run_id
     LEFT JOIN commits c ON c.id = r.commit_id
 WHERE m.history AND m.status = 'ok'"""
+
+# The triage board with where each regression's links go (its worst-moved series).
+NEW_VIEWS["report_triage_links"] = """
+SELECT b.*, w.series_key, w.kernel, w.dtype, w.device_model, w.at AS change_at
+FROM report_triage_board b
+    LEFT JOIN report_regression_worst_series w ON w.regression_id = b.regression_id"""
 
 # The cases the several-cases history offers, with the same text.
 NEW_VIEWS["report_quarter_cases"] = f"""
