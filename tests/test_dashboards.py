@@ -33,11 +33,11 @@ from kernelwatch.dashboards.triage_board import STATES
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
-from kernelwatch.report.compare import comparison_from_runs
+from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
-from kernelwatch.store.pr_findings import record_comparison
+from kernelwatch.store.pr_findings import insert_pr_findings
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.suspects import SuspectRow, insert_suspects
 from kernelwatch.store.synthetic_fleet import (
@@ -210,7 +210,7 @@ def _pr_check(conn: psycopg.Connection, ingester: Ingester) -> str:
     for run in (base, head):
         ingester.ingest(run)
     comparison = comparison_from_runs(conn, base.info.run_id, head.info.run_id, Thresholds())
-    record_comparison(conn, comparison, PR_REPORT)
+    insert_pr_findings(conn, head.info.run_id, base.info.run_id, pr_findings(comparison), PR_REPORT)
     return head.info.run_id
 
 
