@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 import typer
 
 from kernelwatch.cli.app import app
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import fail, stderr
 from kernelwatch.config.redact import redact, redact_url
 
@@ -41,7 +42,9 @@ def export(
         ),
     ] = None,
 ) -> None:
-    """Write every dashboard's JSON (and optionally the alerting provisioning file)."""
+    """Write every dashboard's JSON (and optionally the alerting provisioning file, for the
+    pools and announcer of kernelwatch.toml)."""
+    from kernelwatch.dashboards.alert_rules import AlertSettings
     from kernelwatch.dashboards.export import write_alerting, write_dashboards
 
     for path in (directory, provisioning):
@@ -49,7 +52,7 @@ def export(
             fail(f"{path} exists and is not a directory", code=2)
     paths = write_dashboards(directory, _checked_dashboards())
     if provisioning is not None:
-        paths.append(write_alerting(provisioning))
+        paths.append(write_alerting(provisioning, AlertSettings.from_config(configuration())))
     for path in paths:
         typer.echo(str(path))
 
@@ -92,7 +95,7 @@ def push(
     points and notification policy, by uid: pushing twice changes nothing more."""
     from kernelwatch.dashboards import datasource
     from kernelwatch.dashboards import push as pushing
-    from kernelwatch.dashboards.alert_rules import Receivers
+    from kernelwatch.dashboards.alert_rules import AlertSettings, Receivers
 
     if urlparse(url).scheme not in ("http", "https") or not urlparse(url).hostname:
         fail(f"--url must be an http(s) URL of Grafana, not {redact_url(url)!r}", code=2)
@@ -108,8 +111,9 @@ def push(
     receivers = Receivers(webhook_url=webhook_url, slack_url=slack_url, emails=email)
     try:
         result = pushing.push(
-            pushing.connect(url, credential), _checked_dashboards(), receivers, source
-        )
+            pushing.connect(url, credential), _checked_dashboards(), receivers, source,
+            AlertSettings.from_config(configuration()),
+        )  # fmt: skip
     except pushing.GrafanaUnavailable as exc:
         fail(f"{redact_url(url)}: {redact(str(exc), password or '', token or '')}", code=1)
     for name in result.created:

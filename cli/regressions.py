@@ -16,9 +16,10 @@ from kernelwatch.analysis.triage_rules import ALLOWED, CLOSED, STATE_FILTERS, Tr
 from kernelwatch.cli.arguments import JsonOption
 from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
-from kernelwatch.cli.console import fail, output_console
+from kernelwatch.cli.console import fail, output_console, stderr
 
 if TYPE_CHECKING:
+    from kernelwatch.config.settings import Notifications
     from kernelwatch.store.triage_state import Moved
 
 _T = TypeVar("_T")
@@ -172,7 +173,23 @@ def resolve(
     """Close a regression as fixed, wont_fix, false_positive or hardware_issue."""
     if as_ not in CLOSED:
         fail(f"--as {as_!r} is not a closing state; use one of {sorted(CLOSED)}", code=2)
+    notifications = configuration().notifications
     _move(regression_id, as_, note, by, bug=bug)
+    if notifications.announced_by == "flow":  # else Grafana's rule sends the RESOLVED
+        _announce_resolved(regression_id, as_, _actor(by), notifications)
+
+
+def _announce_resolved(
+    regression_id: int, state: str, by: str, notifications: Notifications
+) -> None:
+    from kernelwatch.flows.notify import ResolvedNotice, send_resolved
+    from kernelwatch.store.triage_state import show_regression
+
+    with open_store() as conn:
+        row = show_regression(conn, regression_id)
+    notice = ResolvedNotice(regression_id, row["repository"], row["title"], state, by)
+    for problem in send_resolved(notice, notifications):
+        stderr.print(f"warning: {problem}", markup=False, highlight=False)
 
 
 @regressions_app.command(name="reset-baseline")

@@ -118,6 +118,10 @@ class BisectSettings:
         BisectConfig(max_rounds=self.max_rounds)
 
 
+#: Who may announce new regressions ("" lets :class:`Notifications` choose).
+ANNOUNCERS = ("", "flow", "grafana")
+
+
 @dataclass(frozen=True)
 class Notifications:
     """Where new regressions are announced, after bisection (``[notifications]``)."""
@@ -126,6 +130,28 @@ class Notifications:
     """Generic JSON webhook URLs."""
     slack: tuple[str, ...] = ()
     """Slack incoming-webhook URLs."""
+    announcer: str = ""
+    """Who announces a new regression, once: ``flow`` (the nightly, after bisection, to the
+    webhooks above) or ``grafana`` (the ``kw-regression-open`` alert rule, to Grafana's
+    contact point). Empty: ``flow`` when webhooks or slack are set, else ``grafana``."""
+    grafana_url: str = ""
+    """Grafana's address, for the dashboard links in the flow's announcements."""
+    docs_url: str = "docs"
+    """Where docs/ is read (e.g. a repository's blob URL); alert runbook links start with it."""
+
+    def __post_init__(self) -> None:
+        if self.announcer not in ANNOUNCERS:
+            raise ValueError(
+                f"announcer must be one of {', '.join(a for a in ANNOUNCERS if a)}, "
+                f"not {self.announcer!r}"
+            )
+
+    @property
+    def announced_by(self) -> str:
+        """The announcer in effect: ``flow`` or ``grafana``."""
+        if self.announcer:
+            return self.announcer
+        return "flow" if self.webhooks or self.slack else "grafana"
 
 
 @dataclass(frozen=True)

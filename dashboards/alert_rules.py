@@ -18,24 +18,23 @@ from grafana_foundation_sdk.builders import alerting, expr
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.alerting import RelativeTimeRange
 
+from kernelwatch.config.settings import LOCAL_POOL, Config, parse
+from kernelwatch.dashboards import catalog
 from kernelwatch.dashboards.common import FOLDER_TITLE, FOLDER_UID
+from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS, UNTRIAGED_DAYS
 from kernelwatch.dashboards.sqlquery import DATASOURCE_UID, Sql
 
 GROUP = "kernelwatch"
 GROUP_INTERVAL_S = 60
 RECEIVER = "kernelwatch"
-#: A regression untriaged for longer than this escalates.
-UNTRIAGED_DAYS = 3
-#: A GPU model without a nightly run for longer than this has missing data (a nightly
-#: schedule plus two hours of slack).
-NIGHTLY_MISSING_HOURS = 26
 _EXPR = "__expr__"
 
 
 @dataclass(frozen=True)
 class RuleSpec:
     """One alert rule: its query (rows are instances, one numeric column the value), the
-    window the query sees, and when the value fires (``value > above``)."""
+    window the query sees, and when the value fires (``value > above``). ``panel`` names
+    the dashboard panel (``uid``, title) a notification links to."""
 
     uid: str
     title: str
@@ -45,69 +44,127 @@ class RuleSpec:
     severity: str
     kind: str
     summary: str
+    panel: tuple[str, str] | None = None
 
 
-RULES = (
-    RuleSpec(
-        "kw-regression-new",
-        "New untriaged regression",
+@dataclass(frozen=True)
+class AlertSettings:
+    """What the configuration decides about the rules: who announces regressions (the
+    ``kw-regression-open`` rule exists only when Grafana does), the pools whose pipeline is
+    watched, and where the runbooks are read."""
+
+    announcer: str
+    pools: tuple[str, ...]
+    docs_url: str
+
+    @classmethod
+    def from_config(cls, config: Config) -> AlertSettings:
+        """The settings of ``config`` (its pools, or the local pool when it names none)."""
+        return cls(
+            config.notifications.announced_by,
+            tuple(config.pools) or (LOCAL_POOL,),
+            config.notifications.docs_url,
+        )
+
+
+#: A fresh install's settings: what the committed provisioning file is generated with.
+DEFAULTS = AlertSettings.from_config(parse({}, None))
+#: Severity -> how often Grafana repeats a still-firing notification. Critical is pipeline
+#: trouble someone must fix; warning is news; info is a reminder of the triage backlog.
+REPEAT = {"critical": "4h", "warning": "24h", "info": "168h"}
+#: An open regression is announced once: a long repeat, and no RESOLVED until it is
+#: resolved (acknowledging keeps it open).
+ANNOUNCEMENT_REPEAT = "720h"
+
+
+def runbook_url(settings: AlertSettings, uid: str) -> str:
+    """The runbook of rule ``uid``: its section of docs/DASHBOARDS.md."""
+    return f"{settings.docs_url.rstrip('/')}/DASHBOARDS.md#runbook-{uid}"
+
+
+def _pools(settings: AlertSettings) -> str:
+    return ", ".join("'" + pool.replace("'", "''") + "'" for pool in settings.pools)
+
+
+def rules(settings: AlertSettings = DEFAULTS) -> tuple[RuleSpec, ...]:
+    """The alert rules for ``settings``."""
+    announce = RuleSpec(
+        "kw-regression-open",
+        "Open regression",
         """
 SELECT regression_id::text AS regression_id, repository, kind, opened_by, title,
-  coalesce(kernels, '') AS kernels, coalesce(device_models, '') AS gpus, 1 AS untriaged
+  coalesce(kernels, '') AS kernels, coalesce(device_models, '') AS gpus,
+  coalesce(to_char(100 * magnitude, 'FMSG990.0') || '%', '') AS magnitude,
+  coalesce(left(good_sha, 12) || '..' || left(bad_sha, 12), '') AS range,
+  'kernelwatch bisect --regression ' || regression_id || ' --repository ' || repository
+    AS command,
+  1 AS open
 FROM report_triage_board
-WHERE state = 'untriaged'
+WHERE open
 """,
         above=0,
         window_s=600,
         severity="warning",
         kind="regression",
-        summary="{{ $labels.kind }} regression: {{ $labels.title }} ({{ $labels.kernels }} "
-        "on {{ $labels.gpus }}; opened by {{ $labels.opened_by }})",
-    ),
-    RuleSpec(
-        "kw-regression-stale",
-        f"Regression untriaged for more than {UNTRIAGED_DAYS} days",
-        """
+        summary="{{ $labels.kind }} regression #{{ $labels.regression_id }}: "
+        "{{ $labels.title }} ({{ $labels.magnitude }}; {{ $labels.kernels }} on "
+        "{{ $labels.gpus }}), good..bad {{ $labels.range }}; bisect or see the culprit: "
+        "{{ $labels.command }}",
+        panel=("kw-triage", "Regressions"),
+    )
+    return (
+        *((announce,) if settings.announcer == "grafana" else ()),
+        RuleSpec(
+            "kw-regression-stale",
+            f"Regression untriaged for more than {UNTRIAGED_DAYS} days",
+            """
 SELECT regression_id::text AS regression_id, repository, title, age_days
 FROM report_triage_board
 WHERE state = 'untriaged'
 """,
-        above=UNTRIAGED_DAYS,
-        window_s=600,
-        severity="critical",
-        kind="regression",
-        summary="{{ $labels.title }} has waited {{ humanize $values.B.Value }} days for triage",
-    ),
-    RuleSpec(
-        "kw-run-failed",
-        "Run failed",
-        """
+            above=UNTRIAGED_DAYS,
+            window_s=600,
+            severity="info",
+            kind="regression",
+            summary="reminder: {{ $labels.title }} has waited {{ humanize $values.B.Value }} "
+            "days for triage",
+            panel=("kw-triage", "Regressions"),
+        ),
+        RuleSpec(
+            "kw-run-failed",
+            "Nightly run failed",
+            f"""
 SELECT run_id::text AS run_id, repository, trigger, device_model, host,
   coalesce(pool, '') AS pool, 1 AS failed
 FROM report_runs
-WHERE status = 'failed' AND $__timeFilter(started_at)
+WHERE status = 'failed' AND trigger = 'nightly' AND pool IN ({_pools(settings)})
+  AND $__timeFilter(started_at)
 """,
-        above=0,
-        window_s=86400,
-        severity="warning",
-        kind="pipeline",
-        summary="{{ $labels.trigger }} run {{ $labels.run_id }} failed on {{ $labels.host }}",
-    ),
-    RuleSpec(
-        "kw-nightly-missing",
-        "Nightly data missing",
-        """
-SELECT repository, device_model, hours_since
-FROM report_nightly_freshness
+            above=0,
+            window_s=86400,
+            severity="warning",
+            kind="pipeline",
+            summary="nightly run {{ $labels.run_id }} failed on {{ $labels.host }} "
+            "(pool {{ $labels.pool }})",
+            panel=("kw-health", "Failed and partial runs"),
+        ),
+        RuleSpec(
+            "kw-nightly-missing",
+            "Nightly data missing",
+            f"""
+SELECT repository, pool, device_model, hours_since
+FROM report_pool_freshness
+WHERE pool IN ({_pools(settings)})
 """,
-        above=NIGHTLY_MISSING_HOURS,
-        window_s=600,
-        severity="critical",
-        kind="pipeline",
-        summary="no nightly run of {{ $labels.repository }} on {{ $labels.device_model }} "
-        "for {{ humanize $values.B.Value }} hours",
-    ),
-)
+            above=NIGHTLY_MISSING_HOURS,
+            window_s=600,
+            severity="critical",
+            kind="pipeline",
+            summary="no nightly run of {{ $labels.repository }} on {{ $labels.device_model }} "
+            "in pool {{ $labels.pool }} for {{ humanize $values.B.Value }} hours",
+            panel=("kw-health", "Failed and partial runs"),
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +184,16 @@ ENVIRONMENT_RECEIVERS = Receivers(
 )
 
 
-def rule(spec: RuleSpec) -> alerting.Rule:
+def _annotations(spec: RuleSpec, settings: AlertSettings) -> dict[str, str]:
+    annotations = {"summary": spec.summary, "runbook_url": runbook_url(settings, spec.uid)}
+    if spec.panel is not None:
+        # Grafana puts the dashboard's and the panel's URLs into the notification.
+        uid, title = spec.panel
+        annotations |= {"__dashboardUid__": uid, "__panelId__": str(catalog.panel_id(uid, title))}
+    return annotations
+
+
+def rule(spec: RuleSpec, settings: AlertSettings = DEFAULTS) -> alerting.Rule:
     """The SDK rule for ``spec``: SQL (A), Reduce last (B), Threshold ``B > above`` (C)."""
     return (
         alerting.Rule(spec.title)
@@ -140,7 +206,7 @@ def rule(spec: RuleSpec) -> alerting.Rule:
         .no_data_state("OK")
         .exec_err_state("Error")
         .labels({"kind": spec.kind, "severity": spec.severity})
-        .annotations({"summary": spec.summary})
+        .annotations(_annotations(spec, settings))
         .with_query(
             alerting.Query("A")
             .datasource_uid(DATASOURCE_UID)
@@ -173,14 +239,14 @@ def rule(spec: RuleSpec) -> alerting.Rule:
     )
 
 
-def rule_group() -> dict[str, Any]:
+def rule_group(settings: AlertSettings = DEFAULTS) -> dict[str, Any]:
     """The rule group as ``PUT /api/v1/provisioning/folder/{uid}/rule-groups/{group}``
     takes it: every rule, with its uid, so a second push updates in place."""
     group = (
         alerting.RuleGroup(GROUP)
         .folder_uid(FOLDER_UID)
         .interval(GROUP_INTERVAL_S)
-        .rules([rule(spec) for spec in RULES])
+        .rules([rule(spec, settings) for spec in rules(settings)])
     )
     return _json(group.build())
 
@@ -203,14 +269,21 @@ def contact_points(receivers: Receivers) -> list[dict[str, Any]]:
 
 
 def notification_policy() -> dict[str, Any]:
-    """The policy tree: everything to ``kernelwatch``, grouped per rule and repository;
-    pipeline trouble repeats every 4 hours, regressions every day."""
+    """The policy tree: everything to ``kernelwatch``, grouped per rule and repository, and
+    routed by severity: an open regression is announced once, critical pipeline trouble
+    repeats every 4 hours, news daily, backlog reminders weekly."""
     routes = [
         alerting.NotificationPolicy()
         .receiver(RECEIVER)
-        .object_matchers([["kind", "=", kind]])
-        .repeat_interval(repeat)
-        for kind, repeat in (("pipeline", "4h"), ("regression", "24h"))
+        .object_matchers([["kind", "=", "regression"], ["severity", "=", "warning"]])
+        .repeat_interval(ANNOUNCEMENT_REPEAT),
+        *(
+            alerting.NotificationPolicy()
+            .receiver(RECEIVER)
+            .object_matchers([["severity", "=", severity]])
+            .repeat_interval(repeat)
+            for severity, repeat in REPEAT.items()
+        ),
     ]
     policy = (
         alerting.NotificationPolicy()
@@ -224,11 +297,11 @@ def notification_policy() -> dict[str, Any]:
     return _json(policy.build())
 
 
-def provisioning_file() -> dict[str, Any]:
+def provisioning_file(settings: AlertSettings = DEFAULTS) -> dict[str, Any]:
     """The alerting provisioning file (``provisioning/alerting/*.json``): the rule group,
     the contact point with every integration taking its target from the environment, and
     the notification policy."""
-    group = rule_group()
+    group = rule_group(settings)
     rules = [
         {key: value for key, value in r.items() if key not in ("folderUID", "ruleGroup", "orgID")}
         for r in group["rules"]

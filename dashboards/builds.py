@@ -15,6 +15,8 @@ UID = "kw-builds"
 
 _FILTER = """repository = '$repository' AND kernel = '$kernel' AND arch IN ($arch)
   AND dtype IN ($dtype)"""
+#: Builds over the tracked branch's commits: a PR's or a bisection's builds are not on it.
+_BRANCH = "trigger IN ('nightly', 'manual')"
 _LINE = "function || ' ' || arch || ' ' || dtype || ' ' || case_label"
 _TENSOR_CORE_LABELS = {
     "HMMA": "HMMA (mma.sync)",
@@ -26,19 +28,19 @@ _TENSOR_CORE_LABELS = {
 TENSOR_CORE_NAMES = {rank: _TENSOR_CORE_LABELS.get(c, c) for c, rank in TENSOR_CORE_RANK.items()}
 
 
-def _over_commits(title: str, column: str, unit: str) -> timeseries.Panel:
+def _over_commits(title: str, column: str, unit: str, description: str) -> timeseries.Panel:
     return common.timeseries_panel(
         title,
         f"""
 SELECT at AS "time", {_LINE} AS metric, {column}
 FROM report_build_history
-WHERE {_FILTER} AND status = 'ok' AND $__timeFilter(at)
+WHERE {_FILTER} AND status = 'ok' AND {_BRANCH} AND $__timeFilter(at)
 ORDER BY 1
 """,
         w=12,
         h=8,
         unit=unit,
-    )
+    ).description(description)
 
 
 def dashboard() -> sdk.Dashboard:
@@ -79,8 +81,24 @@ def dashboard() -> sdk.Dashboard:
                 include_all=True,
             )
         )
-        .with_panel(_over_commits("Registers per thread", "registers", "none"))
-        .with_panel(_over_commits("Spilled bytes (stores + loads)", "spill_bytes", "bytes"))
+        .with_panel(
+            _over_commits(
+                "Registers per thread",
+                "registers",
+                "none",
+                "Registers per thread of each function x arch x dtype x case over the tracked "
+                "branch's nightly builds: a jump means lower occupancy.",
+            )
+        )
+        .with_panel(
+            _over_commits(
+                "Spilled bytes (stores + loads)",
+                "spill_bytes",
+                "bytes",
+                "Local-memory spill bytes (stores plus loads) per build over the nightly "
+                "builds: anything above 0 is a spill.",
+            )
+        )
         .with_panel(
             common.sql_panel(
                 statetimeline.Panel(),
@@ -88,13 +106,18 @@ def dashboard() -> sdk.Dashboard:
                 f"""
 SELECT at AS "time", {_LINE} AS metric, tensor_core_rank
 FROM report_build_history
-WHERE {_FILTER} AND status = 'ok' AND $__timeFilter(at)
+WHERE {_FILTER} AND status = 'ok' AND {_BRANCH} AND $__timeFilter(at)
 ORDER BY 1
 """,
                 w=24,
                 h=8,
                 format="time_series",
-            ).mappings([tensor_cores])
+            )
+            .description(
+                "The tensor-core instructions each build uses, ranked none < HMMA < wgmma < fp8 "
+                "wgmma < tcgen05 < fp8 tcgen05: a step down is a lost fast path."
+            )
+            .mappings([tensor_cores])
         )
         .with_panel(
             common.table_panel(
@@ -110,6 +133,9 @@ ORDER BY function, arch, dtype, case_label
 """,
                 w=24,
                 h=10,
+            ).description(
+                "Every build of the latest nightly in full: registers, spills, stack, shared "
+                "memory, warps, stages, tensor-core path, TMA loads, instruction count."
             )
         )
     )

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelwatch.dashboards import builds, comm, common, fleet, health, sol
+from kernelwatch.dashboards import builds, comm, common, fleet, health, quarter, sol
 from kernelwatch.dashboards import kernel_history as history
+from kernelwatch.dashboards import pull_requests as prs
 from kernelwatch.dashboards import triage_board as triage
 
 #: In the order Grafana's dashboard list and the export show them.
-MODULES = (fleet, history, sol, builds, health, triage, comm)
+MODULES = (fleet, prs, history, quarter, sol, builds, health, triage, comm)
 
 
 def dashboards() -> list[dict[str, Any]]:
     """The JSON of every dashboard, built afresh."""
     return [common.to_json(module.dashboard()) for module in MODULES]
+
+
+def panel_id(uid: str, title: str) -> int:
+    """The id of the panel titled ``title`` on dashboard ``uid`` (as :func:`dashboards`
+    numbers them)."""
+    (dashboard,) = [d for d in dashboards() if d["uid"] == uid]
+    (panel,) = [p for p in dashboard["panels"] if p["title"] == title]
+    return panel["id"]

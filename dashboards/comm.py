@@ -65,6 +65,9 @@ ORDER BY kernel, device_model, fabric, dtype, world_size, message_bytes, measure
 """,
                 w=24,
                 h=12,
+            ).description(
+                "Per collective, world size and message size in the latest nightly: algorithm and "
+                "bus bandwidth (GB/s) against the interconnect's per-GPU peak (pct_peak)."
             )
         )
         .with_panel(
@@ -81,6 +84,9 @@ ORDER BY 1
                 w=24,
                 h=10,
                 unit="GBs",
+            ).description(
+                "Bus bandwidth (GB/s) per collective, world size and message size over the "
+                "nightlies in the time range."
             )
         )
     )

@@ -27,7 +27,7 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableSort,
 )
 
-from kernelwatch.dashboards import families
+from kernelwatch.dashboards import families, links
 from kernelwatch.dashboards.sqlquery import DATASOURCE, Format, Sql
 
 TAG = "kernelwatch"
@@ -185,6 +185,16 @@ def thresholds(*steps: tuple[float | None, str]) -> sdk.ThresholdsConfig:
         .mode(ThresholdsMode.ABSOLUTE)
         .steps([Threshold(value=value, color=color) for value, color in steps])
     )
+
+
+def history_links() -> list[sdk.DashboardLink]:
+    """A data link on every row to its series' history around the row's time (the row has
+    the columns ``links.HISTORY_VARIABLES`` and ``links.window_columns`` name)."""
+    return [
+        sdk.DashboardLink("History of this case around the change")
+        .type(DashboardLinkType.LINK)
+        .url(links.history_link_template())
+    ]
 
 
 def sql_annotation(name: str, sql: str, color: str) -> sdk.AnnotationQuery:

@@ -30,9 +30,10 @@ def write_dashboards(directory: Path, dashboards: Sequence[dict[str, Any]]) -> l
     return paths
 
 
-def write_alerting(provisioning: Path) -> Path:
-    """Write the alert rules, contact points and policy under ``provisioning``."""
+def write_alerting(provisioning: Path, settings: alerts.AlertSettings = alerts.DEFAULTS) -> Path:
+    """Write the alert rules of ``settings``, contact points and policy under
+    ``provisioning``."""
     path = provisioning / ALERTING_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(alerts.provisioning_file()))
+    path.write_text(dump(alerts.provisioning_file(settings)))
     return path

@@ -4,11 +4,32 @@ speed-of-light: "which kernels regressed this quarter on B200" in one screen."""
 
 from __future__ import annotations
 
-from grafana_foundation_sdk.builders import dashboard as sdk
+from typing import Any
 
-from kernelwatch.dashboards import common
+from grafana_foundation_sdk.builders import dashboard as sdk
+from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
+
+from kernelwatch.analysis.thresholds import DetectorConfig
+from kernelwatch.dashboards import common, links
+from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
 
 UID = "kw-fleet"
+
+MORNING = "Last night against the night before, worst first"
+MORNING_ROWS = 200
+OPEN = "open regressions"
+UNTRIAGED = "untriaged"
+REGRESSED = "kernel x GPU regressed in range"
+SHORT = "series too short to judge"
+QUARANTINED = "quarantined GPUs"
+HOURS = "hours since the oldest latest nightly"
+#: Nightly points a series needs before change-point detection can place a change in it.
+TOO_SHORT = 2 * DetectorConfig().min_size
+
+
+def _colours(*steps: tuple[float | None, str]) -> list[DynamicConfigValue]:
+    """Override properties: absolute thresholds ``steps`` colouring the value."""
+    return [DynamicConfigValue(id_val="thresholds", value=common.thresholds(*steps).build())]
 
 
 def dashboard() -> sdk.Dashboard:
@@ -23,38 +44,108 @@ def dashboard() -> sdk.Dashboard:
         )
         .with_variable(common.repository_variable())
         .with_panel(
+            common.table_panel(
+                MORNING,
+                f"""
+SELECT kernel, dtype, case_label, device_model, ratio, ratio_ci_low, ratio_ci_high, verdict,
+  outcome, regression_id, previous_sha, commit_sha, run_status, night, repository, series_key,
+  {links.window_columns("night")}
+FROM report_night_comparison
+WHERE repository = '$repository' AND $__timeFilter(night)
+ORDER BY ratio DESC
+LIMIT {MORNING_ROWS}
+""",
+                w=16,
+                h=10,
+            )
+            .description(
+                "Per case, the latest nightly's median over the nightly before it on the same "
+                "GPU model, worst first; the interval runs from the latest CI's low end over "
+                "the previous CI's high end to the other way round (both stored medians' 95% "
+                "CIs), so a case whose interval excludes 1 moved. verdict/outcome: the same "
+                "night's A/B when the nightly suspected the case. Click a row for its history."
+            )
+            .decimals(3)
+            .data_links(common.history_links())
+            .override_by_name("ratio", common.cell_colors())
+            .thresholds(common.thresholds((None, "green"), (1.01, "yellow"), (1.03, "red")))
+        )
+        .with_panel(
+            common.table_panel(
+                "Last night's correctness and static findings",
+                """
+SELECT night, kind, outcome, kernel, case_label, dtype, device_model, verdict,
+  regression_id, suspicion, head_sha
+FROM report_night_suspects
+WHERE repository = '$repository' AND kind <> 'timing' AND $__timeFilter(night)
+  AND night >= (SELECT max(night) FROM report_night_suspects
+                WHERE repository = '$repository') - interval '1 day'
+ORDER BY night DESC
+""",
+                w=8,
+                h=10,
+            ).description(
+                "Correctness failures and static (build) findings of the latest night, with "
+                "what the same night made of them."
+            )
+        )
+        .with_panel(
             common.stat_panel(
                 "At a glance",
-                """
+                f"""
 SELECT
   (SELECT count(*) FROM report_open_regressions
-     WHERE repository = '$repository') AS "open regressions",
+     WHERE repository = '$repository') AS "{OPEN}",
   (SELECT count(*) FROM report_open_regressions
-     WHERE repository = '$repository' AND state = 'untriaged') AS "untriaged",
+     WHERE repository = '$repository' AND state = 'untriaged') AS "{UNTRIAGED}",
   (SELECT count(*) FROM report_regressed_kernels($__timeFrom(), $__timeTo())
-     WHERE repository = '$repository') AS "kernel x GPU regressed in range",
+     WHERE repository = '$repository') AS "{REGRESSED}",
+  (SELECT count(*) FROM report_series_lengths
+     WHERE repository = '$repository' AND points < {TOO_SHORT}) AS "{SHORT}",
   (SELECT count(*) FROM report_device_health($__timeFrom(), $__timeTo())
-     WHERE quarantined) AS "quarantined GPUs",
+     WHERE quarantined) AS "{QUARANTINED}",
   (SELECT max(hours_since) FROM report_nightly_freshness
-     WHERE repository = '$repository') AS "hours since the oldest latest nightly"
+     WHERE repository = '$repository') AS "{HOURS}"
 """,
                 w=24,
                 h=4,
+            )
+            .description(
+                "Counts now, except the regressed kernel x GPU pairs (change points in the "
+                "time range, false positives and won't-fix left out). A series needs "
+                f"{TOO_SHORT} nightly points before change-point detection can judge it: "
+                "while many are shorter, 0 open regressions means 'too early to tell'. The "
+                f"hours turn red at {NIGHTLY_MISSING_HOURS}, when kw-nightly-missing fires."
+            )
+            .unit("none")
+            .thresholds(common.thresholds((None, "blue")))
+            .override_by_name(UNTRIAGED, _colours((None, "green"), (1, "orange")))
+            .override_by_name(SHORT, _colours((None, "green"), (1, "orange")))
+            .override_by_name(QUARANTINED, _colours((None, "green"), (1, "red")))
+            .override_by_name(
+                HOURS,
+                [common.unit("h"), *_colours((None, "green"), (NIGHTLY_MISSING_HOURS, "red"))],
             )
         )
         .with_panel(
             common.table_panel(
                 "Open regressions",
-                """
+                f"""
 SELECT regression_id, title, state, kernels, device_models, worst_change, change_points,
-  culprit_sha, good_sha, bad_sha, assignee, age_days
-FROM report_triage_board
+  culprit_sha, good_sha, bad_sha, assignee, age_days, repository, kernel, dtype, device_model,
+  series_key, {links.window_columns("change_at")}
+FROM report_triage_links
 WHERE open AND repository = '$repository'
 ORDER BY created_at DESC
 """,
                 w=12,
                 h=9,
             )
+            .description(
+                "Every open regression, newest first. Click a row for the history of the "
+                "series that moved most, around the change."
+            )
+            .data_links(common.history_links())
             .unit("none")
             .override_by_name("worst_change", [common.unit("percentunit")])
             .override_by_name("age_days", [common.unit("d")])
@@ -70,34 +161,35 @@ ORDER BY regressions DESC, worst_change DESC
 """,
                 w=12,
                 h=9,
-            ).override_by_name("worst_change", [common.unit("percentunit")])
-        )
-        .with_panel(
-            common.table_panel(
-                "Latest nightly / first nightly of the range (geometric mean over cases)",
-                """
-SELECT kernel, device_model, ratio_geomean
-FROM report_kernel_drift($__timeFrom())
-WHERE repository = '$repository'
-""",
-                w=12,
-                h=8,
             )
-            .with_transformation(common.matrix("kernel", "device_model", "ratio_geomean"))
-            .decimals(3)
-            .thresholds(common.thresholds((None, "green"), (1.01, "yellow"), (1.03, "red")))
-            .override_by_field_type("number", common.cell_colors())
+            .description(
+                "Per kernel and GPU model: regressions (false positives and won't-fix left out) "
+                "whose change points fall in the time range, how many are still open, how many "
+                "series moved and the worst change. Set the range to this quarter to see which "
+                "kernels regressed this quarter on each GPU."
+            )
+            .override_by_name("worst_change", [common.unit("percentunit")])
         )
+        .with_panel(_drift("geometric mean over cases", "ratio_geomean", 1.01, 1.03))
+        .with_panel(_drift("worst case", "ratio_worst", 1.03, 1.05))
         .with_panel(
             common.table_panel(
                 "%SOL heat map: mean %SOL of the latest nightly, per kernel and GPU",
                 """
-SELECT kernel, device_model, mean_pct_sol
+SELECT kernel,
+  device_model || CASE WHEN partial_runs > 0 THEN ' (partial run)' ELSE '' END AS device_model,
+  mean_pct_sol
 FROM report_nightly_kernels
 WHERE repository = '$repository'
 """,
                 w=12,
                 h=8,
+            )
+            .description(
+                "Mean %SOL (the larger of compute and memory throughput against the GPU's "
+                "datasheet peak) over the cases of the latest nightly per GPU model; red under 40,"
+                " green from 80. A GPU model whose latest nightly was partial is labelled (partial"
+                " run)."
             )
             .with_transformation(common.matrix("kernel", "device_model", "mean_pct_sol"))
             .unit("percent")
@@ -105,4 +197,28 @@ WHERE repository = '$repository'
             .thresholds(common.sol_thresholds())
             .override_by_field_type("number", common.cell_colors())
         )
+    )
+
+
+def _drift(what: str, column: str, yellow: float, red: float) -> Any:
+    """The kernel x GPU matrix of latest / first nightly of the range, by ``column``."""
+    return (
+        common.table_panel(
+            f"Latest nightly / first nightly of the range ({what})",
+            f"""
+SELECT kernel, device_model, {column}
+FROM report_kernel_drift($__timeFrom())
+WHERE repository = '$repository'
+""",
+            w=12,
+            h=8,
+        )
+        .description(
+            "Per kernel and GPU: the latest nightly's median over the first nightly's in the "
+            f"time range, {what}. Yellow from {yellow}, red from {red}."
+        )
+        .with_transformation(common.matrix("kernel", "device_model", column))
+        .decimals(3)
+        .thresholds(common.thresholds((None, "green"), (yellow, "yellow"), (red, "red")))
+        .override_by_field_type("number", common.cell_colors())
     )

@@ -49,12 +49,20 @@ def dashboard() -> sdk.Dashboard:
             )
         )
         .with_panel(
-            _per_gpu_and_day("Noise per GPU: mean relative CI half-width, per day", "mean_rel_ci")
+            _per_gpu_and_day(
+                "Noise per GPU: mean relative CI half-width, per day", "mean_rel_ci"
+            ).description(
+                "Per device and day, the mean relative 95% CI half-width of its measurements "
+                "(percent): a device far above its model's others is noisy."
+            )
         )
         .with_panel(
             _per_gpu_and_day(
                 "Throttled samples per GPU, per day",
                 "throttled_samples::float8 / NULLIF(samples, 0) AS throttled",
+            ).description(
+                "Per device and day, the share of samples taken while the GPU throttled its clocks"
+                " (percent)."
             )
         )
         .with_panel(
@@ -69,6 +77,11 @@ ORDER BY quarantined DESC, mean_rel_ci DESC
 """,
                 w=24,
                 h=9,
+            )
+            .description(
+                "Per device over the time range: runs, failures, throttled share and noise against"
+                " its model's median; quarantined when more than 5% of samples throttled, noise is"
+                " twice the model's, or half its runs failed (reason says which)."
             )
             .override_by_name("throttled_fraction", [common.unit("percentunit")])
             .override_by_name("mean_rel_ci", [common.unit("percentunit")])
@@ -86,6 +99,10 @@ ORDER BY started_at DESC
 """,
                 w=24,
                 h=8,
+            ).description(
+                "Runs that failed or measured only part of the suite, newest first, with trigger, "
+                "pool, host and device: kw-run-failed alerts on the failed nightly ones of "
+                "configured pools."
             )
         )
     )

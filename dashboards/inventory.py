@@ -52,11 +52,13 @@ def dashboard_queries(dashboard: Mapping[str, Any]) -> list[Query]:
     return found
 
 
-def alert_queries() -> list[tuple[alerts.RuleSpec, Query]]:
-    """Each alert rule with its SQL query (refId A)."""
+def alert_queries(
+    settings: alerts.AlertSettings = alerts.DEFAULTS,
+) -> list[tuple[alerts.RuleSpec, Query]]:
+    """Each alert rule of ``settings`` with its SQL query (refId A)."""
     return [
         (spec, Query("alerting", "alert", spec.title, "alert", spec.sql.strip(), "table"))
-        for spec in alerts.RULES
+        for spec in alerts.rules(settings)
     ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as sdk
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
-from kernelwatch.dashboards import common
+from kernelwatch.dashboards import common, marks
 
 UID = "kw-history"
 
@@ -44,6 +44,11 @@ ORDER BY 1
         w=24,
         h=10,
         unit="ns",
+    ).description(
+        "The chosen series' median per nightly with its 95% CI band (from the stored samples), in "
+        "ns. Red marks: change points; purple: bisection verdicts at the nightly point of the "
+        "probed commit; orange: what the nightly suspected and its same-night A/B; blue: method "
+        "changes."
     )
     for name, properties in _band("ci_low", "ci_high"):
         median = median.override_by_name(name, properties)
@@ -79,30 +84,8 @@ ORDER BY 1
 """,
             )
         )
-        .annotation(
-            common.sql_annotation(
-                "Change points",
-                f"""
-SELECT at AS "time", summary AS text, 'change point,' || direction AS tags
-FROM report_change_points
-WHERE {_SERIES} AND $__timeFilter(at)
-""",
-                "red",
-            )
-        )
-        .annotation(
-            common.sql_annotation(
-                "Bisection verdicts",
-                f"""
-SELECT coalesce(probe_time, at) AS "time", summary AS text, 'bisect,' || verdict AS tags
-FROM report_bisect_steps
-WHERE ({_SERIES} OR regression_id IN (
-    SELECT regression_id FROM report_change_points WHERE {_SERIES}))
-  AND coalesce(probe_time, at) BETWEEN $__timeFrom() AND $__timeTo()
-""",
-                "purple",
-            )
-        )
+        .annotation(marks.change_points(_SERIES))
+        .annotation(marks.bisection_verdicts(_SERIES))
         .annotation(
             common.sql_annotation(
                 "Checked the same night",
@@ -139,7 +122,12 @@ ORDER BY 1
                 w=12,
                 h=8,
                 unit="percent",
-            ).override_by_name(
+            )
+            .description(
+                "%SOL per nightly (left axis, percent) and speedup over the stock library measured"
+                " in the same run (right axis, x; above 1 is faster than the library)."
+            )
+            .override_by_name(
                 "speedup",
                 [
                     common.unit("x"),
@@ -151,15 +139,22 @@ ORDER BY 1
             common.table_panel(
                 "Change points of this series",
                 f"""
-SELECT at, commit_sha, direction, rel_change, before_ns, after_ns, regression_id,
-  regression_state, detector
-FROM report_change_points
-WHERE {_SERIES}
-ORDER BY at DESC
+SELECT cp.at, cp.commit_sha, cp.direction, cp.rel_change, cp.before_ns, cp.after_ns,
+  cp.regression_id, cp.regression_state, g.culprit_sha, g.good_sha, g.bad_sha, cp.detector
+FROM report_change_points cp
+  LEFT JOIN report_regressions g ON g.regression_id = cp.regression_id
+WHERE cp.{_SERIES}
+ORDER BY cp.at DESC
 """,
                 w=12,
                 h=8,
-            ).override_by_name("rel_change", [common.unit("percentunit")])
+            )
+            .description(
+                "Every change point detected on this series, newest first: relative change "
+                "(percent), level before and after (ns), the regression it belongs to with its "
+                "state, culprit and good..bad range."
+            )
+            .override_by_name("rel_change", [common.unit("percentunit")])
         )
         .with_panel(
             common.table_panel(
@@ -173,6 +168,12 @@ ORDER BY measured_at DESC
 """,
                 w=24,
                 h=10,
-            ).override_by_name("rel_ci_halfwidth", [common.unit("percentunit")])
+            )
+            .description(
+                "Every nightly point in the time range with its CI, sample count, throttled "
+                "samples, launch config, host and device; repro is the command that measures that "
+                "commit again the same way (run it in a clone of the kernel repository)."
+            )
+            .override_by_name("rel_ci_halfwidth", [common.unit("percentunit")])
         )
     )

@@ -46,6 +46,7 @@ def push(
     dashboards: Sequence[dict[str, Any]],
     receivers: alerts.Receivers,
     datasource: dict[str, Any] | None = None,
+    settings: alerts.AlertSettings = alerts.DEFAULTS,
 ) -> PushResult:
     """Upsert everything; an object Grafana rejects is recorded and the rest still pushed.
     Raises :class:`GrafanaUnavailable` when Grafana is unreachable or refuses the login."""
@@ -55,7 +56,7 @@ def push(
         _step(result, f"datasource {datasource['uid']}", lambda: _datasource(api, datasource))
     for dashboard in dashboards:
         _step(result, f"dashboard {dashboard['uid']}", lambda d=dashboard: _dashboard(api, d))
-    _step(result, f"rule-group {alerts.GROUP}", lambda: _rule_group(api))
+    _step(result, f"rule-group {alerts.GROUP}", lambda: _rule_group(api, settings))
     points = alerts.contact_points(receivers)
     if points:
         provisioning = api.alertingprovisioning
@@ -97,8 +98,9 @@ def _reachable(call: Callable[[], _T]) -> _T:
         raise GrafanaUnavailable(f"cannot reach Grafana: {exc}") from exc
 
 
-def _rule_group(api: GrafanaApi) -> bool:
-    api.alertingprovisioning.update_rule_group(FOLDER_UID, alerts.GROUP, alerts.rule_group())
+def _rule_group(api: GrafanaApi, settings: alerts.AlertSettings) -> bool:
+    group = alerts.rule_group(settings)
+    api.alertingprovisioning.update_rule_group(FOLDER_UID, alerts.GROUP, group)
     return False
 
 

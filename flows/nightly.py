@@ -125,8 +125,9 @@ def nightly(
             else:
                 problems.append(f"bisection of regression #{regression_id} failed: {state.message}")
     report = nightly_report(config, repo.name)
-    notices = regression_notices(opened, report)
-    problems += send(notices, config.notifications)
+    notices = regression_notices(opened, report, config.notifications)
+    if config.notifications.announced_by == "flow":  # else Grafana's rule announces them
+        problems += send(notices, config.notifications)
     summary = NightlySummary(
         repository=repo.name,
         pool=pool,

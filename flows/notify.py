@@ -1,9 +1,10 @@
 """Announcing new regressions: a JSON webhook and Slack incoming webhooks.
 
-Grafana's alert rules watch the same regressions (dashboards/); these messages are for teams
-that want the nightly's findings pushed the moment it finishes, with the culprit when
-bisection found one. A target that cannot be reached is reported, never fatal: the
-regression is already stored and Grafana will alert on it anyway.
+One announcer per regression: when ``[notifications] announcer`` is ``flow`` the nightly
+sends these messages the moment it finishes, with the culprit when bisection found one, and
+Grafana's rule set has no announcement rule (dashboards/alert_rules.py); when it is
+``grafana`` the nightly sends nothing. A target that cannot be reached is reported, never
+fatal: the regression is already stored and on the dashboards.
 """
 
 from __future__ import annotations
@@ -34,6 +35,44 @@ class RegressionNotice:
     report: str | None
     kind: str = "timing"
     opened_by: str = "change_point"
+    panel_url: str | None = None
+    """The kernel history of the worst-moved series, around the change."""
+    command: str | None = None
+    """The command that measures the culprit again (or bisects the range while none)."""
+
+
+@dataclass(frozen=True)
+class ResolvedNotice:
+    """A regression announced by the flow and now resolved (``state``: fixed, wont_fix,
+    false_positive, hardware_issue); acknowledging sends nothing."""
+
+    regression_id: int
+    repository: str
+    title: str
+    state: str
+    by: str
+
+
+def send_resolved(
+    notice: ResolvedNotice, targets: Notifications, timeout_s: float = 10.0
+) -> list[str]:
+    """Tell every target that ``notice``'s regression is resolved; one line per failure."""
+    problems: list[str] = []
+    for url in targets.webhooks:
+        body = {"event": "kernelwatch.resolved", "resolved": [asdict(notice)]}
+        problems.extend(_post(url, body, timeout_s))
+    text = (
+        f":white_check_mark: *{notice.repository}* regression #{notice.regression_id} "
+        f"resolved as {notice.state} by {notice.by}: {notice.title}"
+    )
+    for url in targets.slack:
+        problems.extend(_post(url, {"text": text}, timeout_s))
+    return problems
+
+
+def bisect_command(regression_id: int, repository: str) -> str:
+    """The command that bisects a stored regression's range."""
+    return f"kernelwatch bisect --regression {regression_id} --repository {repository}"
 
 
 def slack_text(notice: RegressionNotice) -> str:
@@ -45,6 +84,8 @@ def slack_text(notice: RegressionNotice) -> str:
         else f"between `{(notice.good or '?')[:12]}` and `{(notice.bad or '?')[:12]}`"
     )
     report = f"\nreport: {notice.report}" if notice.report else ""
+    report += f"\nhistory: {notice.panel_url}" if notice.panel_url else ""
+    report += f"\n`{notice.command}`" if notice.command else ""
     kind = "" if notice.kind == "timing" else f" ({notice.kind})"
     return (
         f":rotating_light: *{notice.repository}* regression #{notice.regression_id}{kind}: "

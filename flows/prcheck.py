@@ -22,10 +22,11 @@ from kernelwatch.flows.repos import commit_info, revision
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.worktree import checkout
-from kernelwatch.report.compare import comparison_from_runs
+from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.html import write_compare_report
 from kernelwatch.report.markdown import error_comment, pr_comment
 from kernelwatch.report.repro import repository_sources
+from kernelwatch.store.pr_findings import insert_pr_findings
 
 NO_REGRESSION, REGRESSION, ERROR = 0, 1, 2
 
@@ -100,6 +101,9 @@ def pr_check(
             conn, run_a.info.run_id, run_b.info.run_id, config.thresholds
         )
         report = write_compare_report(conn, comparison, out, sources=repository_sources(config))
+        insert_pr_findings(
+            conn, run_b.info.run_id, run_a.info.run_id, pr_findings(comparison), str(report)
+        )
     comment = out / "pr-comment.md"
     markdown = pr_comment(comparison, report_link=str(report))
     comment.write_text(markdown)

@@ -7,8 +7,11 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from kernelwatch.config.settings import Config
-from kernelwatch.flows.notify import RegressionNotice
+import psycopg
+
+from kernelwatch.config.settings import Config, Notifications
+from kernelwatch.dashboards import links
+from kernelwatch.flows.notify import RegressionNotice, bisect_command
 from kernelwatch.flows.tasks import store_connection
 from kernelwatch.report.html import write_nightly_report
 from kernelwatch.report.repro import repository_sources
@@ -28,30 +31,55 @@ def nightly_report(config: Config, repository: str) -> Path | None:
             return None
 
 
-def regression_notices(ids: Sequence[int], report: Path | None) -> list[RegressionNotice]:
+def regression_notices(
+    ids: Sequence[int], report: Path | None, targets: Notifications
+) -> list[RegressionNotice]:
     """A notice per regression, read back from the store after bisection had its say."""
     if not ids:
         return []
-    notices = []
     with store_connection() as conn:
-        for regression_id in ids:
-            row = show_regression(conn, regression_id)
-            magnitude = row.get("magnitude")
-            notices.append(
-                RegressionNotice(
-                    regression_id=regression_id,
-                    repository=row["repository"],
-                    kind=row["kind"],
-                    opened_by=row["opened_by"],
-                    title=row["title"],
-                    magnitude_pct=100 * magnitude if magnitude is not None else None,
-                    good=row.get("good_sha"),
-                    bad=row.get("bad_sha"),
-                    culprit=row.get("culprit_sha"),
-                    report=str(report) if report else None,
-                )
-            )
-    return notices
+        return [notice(conn, regression_id, report, targets) for regression_id in ids]
+
+
+def notice(
+    conn: psycopg.Connection, regression_id: int, report: Path | None, targets: Notifications
+) -> RegressionNotice:
+    """The announcement of regression ``regression_id``: what moved, the culprit or the
+    range, a link to the worst-moved series' history and the command to run next."""
+    row = show_regression(conn, regression_id)
+    magnitude = row.get("magnitude")
+    worst = row["change_point_list"][0] if row["change_point_list"] else None
+    panel_url = None
+    if worst is not None and targets.grafana_url:
+        values = {**worst, "repository": row["repository"]}
+        panel_url = links.history_url(targets.grafana_url, values, worst["at"])
+    return RegressionNotice(
+        regression_id=regression_id,
+        repository=row["repository"],
+        kind=row["kind"],
+        opened_by=row["opened_by"],
+        title=row["title"],
+        magnitude_pct=100 * magnitude if magnitude is not None else None,
+        good=row.get("good_sha"),
+        bad=row.get("bad_sha"),
+        culprit=row.get("culprit_sha"),
+        report=str(report) if report else None,
+        panel_url=panel_url,
+        command=_next_command(conn, row, worst),
+    )
+
+
+def _next_command(conn: psycopg.Connection, row: dict, worst: dict | None) -> str:
+    """The culprit's repro command on the worst-moved series, else the bisection's."""
+    if row.get("culprit_sha") and worst is not None:
+        found = conn.execute(
+            "SELECT repro FROM report_history_points WHERE series_key = %s AND commit_sha = %s "
+            "ORDER BY measured_at LIMIT 1",
+            (worst["series_key"], row["culprit_sha"]),
+        ).fetchone()
+        if found is not None:
+            return found[0]
+    return bisect_command(row["regression_id"], row["repository"])
 
 
 def artifact_key(*parts: str) -> str:

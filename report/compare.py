@@ -22,6 +22,7 @@ from kernelwatch.analysis.static_diff import Finding, diff_builds
 from kernelwatch.analysis.thresholds import Thresholds, VerdictConfig
 from kernelwatch.analysis.verdict import ABVerdict, ABVerdictName, compare
 from kernelwatch.harness.records import BuildMetrics
+from kernelwatch.store.pr_findings import PrFinding
 from kernelwatch.store.report_queries import (
     CorrectnessRow,
     MeasurementRow,
@@ -127,6 +128,25 @@ class Comparison:
         if self.slower or self.static or self.correctness_failures:
             return 1
         return 0
+
+
+def pr_findings(comparison: Comparison) -> list[PrFinding]:
+    """What ``comparison`` concluded, as the store keeps it for the PR dashboard."""
+    found = [
+        PrFinding("timing", c.head.kernel, c.head.case_label, c.head.dtype, c.verdict_name,
+                  *((c.verdict.ratio, c.verdict.ci_low, c.verdict.ci_high, c.verdict.p_value)
+                    if c.verdict is not None else (None, None, None, None)), c.problem)
+        for c in comparison.cases
+    ]  # fmt: skip
+    found += [
+        PrFinding("static", f.kernel, f.case, f.dtype, f.rule, detail=f.message)
+        for f in comparison.static
+    ]
+    found += [
+        PrFinding("correctness", f.kernel, f.case_label, f.dtype, f.verdict, detail=f.reason)
+        for f in comparison.correctness_failures
+    ]
+    return found
 
 
 def comparison_from_runs(

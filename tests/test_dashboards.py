@@ -16,6 +16,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import psycopg
@@ -26,13 +27,17 @@ from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.dashboards import alert_rules as alerts
 from kernelwatch.dashboards import catalog, inventory
-from kernelwatch.dashboards.macros import Request, expand
+from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
+from kernelwatch.dashboards.macros import Request, expand, expand_link
+from kernelwatch.dashboards.triage_board import STATES
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
+from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
+from kernelwatch.store.pr_findings import insert_pr_findings
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.suspects import SuspectRow, insert_suspects
 from kernelwatch.store.synthetic_fleet import (
@@ -168,9 +173,45 @@ def _checked_noise(conn: psycopg.Connection, planted_key: str) -> None:
         verdict="SAME", ratio=1.001, ci_low=0.995, ci_high=1.006, p_value=0.6, samples=60,
         rounds=1, gpu_seconds=2.5, outcome="checked_noise",
     )  # fmt: skip
+    # The same night, a correctness failure of another case (it needs no A/B).
+    failure = dataclasses.replace(
+        row, kind="correctness", case_label="tokens=7", series_id=None, measurement_id=None,
+        severity=None, suspicion="max abs error 3.1e-2 > tolerance 1e-2", verdict=None,
+        ratio=None, ci_low=None, ci_high=None, p_value=None, samples=0, rounds=0,
+        gpu_seconds=0.0, outcome="unconfirmed",
+    )  # fmt: skip
     with conn.transaction(), conn.cursor() as cur:
         insert_suspects(cur, conn.execute("SELECT suite FROM runs WHERE id = %s", (run_pk,))
-                        .fetchone()[0], [row])  # fmt: skip
+                        .fetchone()[0], [row, failure])  # fmt: skip
+
+
+PR_REPORT = "https://reports.example/kernelwatch/compare-pr-1.html"
+
+
+def _pr_check(conn: psycopg.Connection, ingester: Ingester) -> str:
+    """A PR check on B200 whose head slows every flash_attention case by 10%, compared and
+    recorded as the PR flow does; the head run's id."""
+    rng = np.random.default_rng(11)
+    fleet_cases = cases(21)
+    fleet = Fleet(models=3, series=21, days=DAYS, samples=30, pr_runs_per_day=0)
+    level = rng.uniform(5e3, 5e6, size=len(fleet_cases))
+    slowed = level * np.array([SLOWDOWN if c.kernel == "flash_attention" else 1.0
+                               for c in fleet_cases])  # fmt: skip
+    at = END - timedelta(hours=5)
+    base_commit = CommitInfo(sha(DAYS - 1), (sha(DAYS - 2),), at.isoformat(), "change", "main")
+    head_commit = CommitInfo("f" * 40, (sha(DAYS - 1),), at.isoformat(), "pr 1", "pr-1")
+    device = devices(B200)[0]
+    base = make_run(fleet, rng, device, fleet_cases, level, at, "pr", base_commit)
+    head = make_run(fleet, rng, device, fleet_cases, slowed, at + timedelta(minutes=30), "pr",
+                    head_commit, sha(DAYS - 1))  # fmt: skip
+    # and its sm_100a build loses the tcgen05 path and spills: a static finding
+    base = Run(base.info, (*base.records, _build("sm_100a", "fp16", 0)))
+    head = Run(head.info, (*head.records, _build("sm_100a", "fp16", PLANT_DAY)))
+    for run in (base, head):
+        ingester.ingest(run)
+    comparison = comparison_from_runs(conn, base.info.run_id, head.info.run_id, Thresholds())
+    insert_pr_findings(conn, head.info.run_id, base.info.run_id, pr_findings(comparison), PR_REPORT)
+    return head.info.run_id
 
 
 @pytest.fixture(scope="module")
@@ -199,10 +240,17 @@ def seeded(pg_server):
         add_regressions(conn, 20, seed=1, back=12)
         for run in comm_runs(END, 3):  # after the synthetic regressions, which pick series
             ingester.ingest(run)
+        pr_head = _pr_check(conn, ingester)
+        quarter_keys = [k for (k,) in conn.execute(
+            "SELECT s.key FROM series s JOIN kernels k ON k.id = s.kernel_id "
+            "WHERE k.name = 'flash_attention' AND s.device_model = %s ORDER BY 1",
+            (MODELS[B200][0],),
+        )]  # fmt: skip
     reader = url.replace("postgres@", "kernelwatch_reader@", 1)
     return SimpleNamespace(
         url=url, reader=reader, report=report, regression_id=regression_id,
-        planted_key=planted_key, request=Request(END - timedelta(days=60), datetime.now(UTC)),
+        planted_key=planted_key, pr_head=pr_head, quarter_keys=quarter_keys,
+        request=Request(END - timedelta(days=60), datetime.now(UTC)),
     )  # fmt: skip
 
 
@@ -233,7 +281,16 @@ HISTORY_CHOICE = {"kernel": "flash_attention", "dtype": "fp16", "gpu": "NVIDIA B
 
 def _choices(seeded) -> dict[str, dict[str, object]]:
     history = {**HISTORY_CHOICE, "case": seeded.planted_key}
-    return {"kw-history": history, "kw-builds": {"kernel": "flash_attention"}}
+    return {
+        "kw-history": history,
+        "kw-builds": {"kernel": "flash_attention"},
+        "kw-pr": {"check": seeded.pr_head},
+        "kw-quarter": {
+            "kernel": ["flash_attention"],
+            "gpu": [MODELS[B200][0]],
+            "case": seeded.quarter_keys,
+        },
+    }
 
 
 def _panel_rows(seeded, reader, dashboard_uid: str, title: str):
@@ -309,7 +366,7 @@ def test_every_panel_annotation_and_variable_query_runs_as_reader(seeded, reader
 
 def test_every_alert_rule_returns_labels_and_one_value(seeded, reader):
     now = datetime.now(UTC)
-    for spec, query in inventory.alert_queries():
+    for spec, query in inventory.alert_queries(SEEDED):
         names, types, _rows = reader(expand(query.sql, inventory.alert_request(spec, now)))
         kinds = dict(zip(names, types, strict=True))
         numeric = [n for n, t in kinds.items() if t in NUMERIC]
@@ -325,9 +382,13 @@ def _firing(reader, spec: alerts.RuleSpec) -> list[dict]:
     return [i for i in instances if i[value] is not None and float(i[value]) > spec.above]
 
 
+#: The seeded history's nightlies run in this pool.
+SEEDED = alerts.AlertSettings("grafana", ("h100-pool",), "docs")
+
+
 def test_alert_rules_fire_on_the_planted_conditions(seeded, reader):
-    rules = {spec.uid: spec for spec in alerts.RULES}
-    new = _firing(reader, rules["kw-regression-new"])
+    rules = {spec.uid: spec for spec in alerts.rules(SEEDED)}
+    new = _firing(reader, rules["kw-regression-open"])
     assert str(seeded.regression_id) in {i["regression_id"] for i in new}
     stale = _firing(reader, rules["kw-regression-stale"])
     assert stale and str(seeded.regression_id) not in {i["regression_id"] for i in stale}
@@ -335,6 +396,13 @@ def test_alert_rules_fire_on_the_planted_conditions(seeded, reader):
     assert [(i["device_model"], i["trigger"]) for i in failed] == [("NVIDIA H200", "nightly")]
     missing = _firing(reader, rules["kw-nightly-missing"])
     assert [i["device_model"] for i in missing] == [MODELS[H100][0]]
+
+
+def test_a_retired_pool_raises_nothing(seeded, reader):
+    retired = alerts.AlertSettings("grafana", ("b200-pool",), "docs")
+    for spec in alerts.rules(retired):
+        if spec.kind == "pipeline":
+            assert _firing(reader, spec) == [], spec.uid
 
 
 def test_planted_regression_is_open_and_on_the_fleet_overview(seeded, reader):
@@ -499,7 +567,7 @@ def test_benchmark_script_small_scale(store_url):
     assert report["rows"]["build_metrics"] > 0 and report["rows"]["bisect_steps"] > 0
     expected = {f"{d['uid']} {q.kind}: {q.title}" for d in catalog.dashboards()
                 for q in inventory.dashboard_queries(d)}  # fmt: skip
-    expected |= {f"alert: {spec.title}" for spec in alerts.RULES}
+    expected |= {f"alert: {spec.title}" for spec in alerts.rules()}
     assert expected <= set(report["queries"])
     assert all(t["p95_ms"] >= t["p50_ms"] > 0 for t in report["queries"].values())
 
@@ -516,3 +584,232 @@ def test_communication_panel_shows_bus_bandwidth_by_size_and_world_against_the_p
     assert largest["busbw_peak_gbps"] == COMM_PEAK_GBPS and largest["fabric"] == "nvlink"
     assert largest["pct_peak"] == pytest.approx(80 * (1 << 30) / ((1 << 30) + (1 << 20)))
     assert largest["busbw_gbps"] == pytest.approx(largest["algbw_gbps"] * 7 / 4)
+
+
+def _panel(uid: str, title: str) -> dict:
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == uid]
+    (panel,) = [p for p in dashboard["panels"] if p["title"] == title]
+    return panel
+
+
+def _glance(seeded, reader) -> dict:
+    (row,) = _panel_rows(seeded, reader, "kw-fleet", "At a glance")
+    return row
+
+
+def test_at_a_glance_turns_red_when_the_alert_fires_and_says_what_is_too_short(seeded, reader):
+    panel = _panel("kw-fleet", "At a glance")
+    config = panel["fieldConfig"]
+    overrides = {o["matcher"]["options"]: o["properties"] for o in config["overrides"]}
+    hours = {p["id"]: p["value"] for p in overrides["hours since the oldest latest nightly"]}
+    assert hours["unit"] == "h"
+    assert [s["value"] for s in hours["thresholds"]["steps"]] == [None, NIGHTLY_MISSING_HOURS]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "none"
+    # The cuda-graph series of H200 started 6 nights ago: too short for detection to judge.
+    assert _glance(seeded, reader)["series too short to judge"] == 1
+
+
+def test_regressed_counts_leave_out_false_positives_and_wont_fix(seeded, reader):
+    rows = _panel_rows(
+        seeded, reader, "kw-fleet", "Kernels that regressed in the time range, per GPU"
+    )
+    start, end = (f"'{t.isoformat()}'" for t in (seeded.request.start, seeded.request.end))
+    _names, _types, expected = reader(
+        f"""SELECT kernel, device_model, count(DISTINCT regression_id)
+        FROM report_change_points
+        WHERE direction = 'regression' AND at BETWEEN {start} AND {end}
+            AND regression_state NOT IN ('false_positive', 'wont_fix')
+            AND repository = '{REPOSITORY}'
+        GROUP BY 1, 2"""
+    )
+    _names, _types, dismissed = reader(
+        "SELECT count(*) FROM report_regressions WHERE state = 'false_positive'"
+    )
+    assert dismissed[0][0] >= 1
+    assert {(r["kernel"], r["device_model"]): r["regressions"] for r in rows} == {
+        (k, d): n for k, d, n in expected
+    }
+    assert _glance(seeded, reader)["kernel x GPU regressed in range"] == len(expected)
+
+
+def _sol_rows(seeded, reader, title: str, request: Request, choice: dict) -> list[dict]:
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-sol"]
+    variables = inventory.resolve(dashboard, request, _runner(reader), choice)
+    (query,) = [q for q in inventory.dashboard_queries(dashboard) if q.title == title]
+    names, _types, rows = reader(expand(query.sql, request, variables))
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def test_speed_of_light_panels_honour_the_time_range_and_the_dtype(seeded, reader):
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-sol"]
+    titles = [q.title for q in inventory.dashboard_queries(dashboard)]
+    before_latest = Request(seeded.request.start, END - timedelta(days=10))
+    for title in titles:
+        assert _sol_rows(seeded, reader, title, before_latest, {}) == [], title
+    speedups = _sol_rows(seeded, reader, titles[1], seeded.request, {"dtype": ["bf16"]})
+    _names, _types, with_bf16 = reader(
+        f"SELECT DISTINCT kernel FROM report_series WHERE dtype = 'bf16' "
+        f"AND repository = '{REPOSITORY}'"
+    )
+    kernels = {r["kernel"].split(" on ")[0] for r in speedups}
+    assert kernels == {k for (k,) in with_bf16}
+
+
+def test_triage_counts_count_what_the_board_lists(seeded, reader):
+    last_day = Request(datetime.now(UTC) - timedelta(days=1), datetime.now(UTC))
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-triage"]
+    every_state = {"state": STATES}
+    variables = inventory.resolve(dashboard, last_day, _runner(reader), every_state)
+    counted, listed = (
+        reader(expand(q.sql, last_day, variables))[2]
+        for title in ("Regressions per state", "Regressions")
+        for q in inventory.dashboard_queries(dashboard)
+        if q.title == title
+    )
+    assert sum(n for _state, n in counted) == len(listed)
+
+
+def test_bisection_marks_sit_on_the_nightly_point_of_their_commit(seeded, reader):
+    verdicts = _panel_rows(seeded, reader, "kw-history", "Bisection verdicts")
+    points = _panel_rows(
+        seeded, reader, "kw-history", "Points, with the command that measures each commit again"
+    )
+    at = {p["commit_sha"]: p["measured_at"] for p in points}
+    probes = {sha(day) for day in (22, PLANT_DAY, PLANT_DAY - 1)}
+    assert {v["time"] for v in verdicts} == {at[s] for s in probes}
+
+
+def test_latest_nightly_panels_mark_partial_runs():
+    marks = {"report_nightly_latest": "run_status", "report_nightly_kernels": "partial_runs"}
+    for dashboard in catalog.dashboards():
+        for query in inventory.dashboard_queries(dashboard):
+            for view, mark in marks.items():
+                if view in query.sql:
+                    assert mark in query.sql, (dashboard["uid"], query.title)
+
+
+def test_the_worst_case_is_shown_beside_the_geometric_mean(seeded, reader):
+    worst = _panel_rows(
+        seeded, reader, "kw-fleet", "Latest nightly / first nightly of the range (worst case)"
+    )
+    by_cell = {(r["kernel"], r["device_model"]): r["ratio_worst"] for r in worst}
+    assert by_cell[("flash_attention", "NVIDIA B200")] == pytest.approx(SLOWDOWN, abs=0.03)
+
+
+def _follow(panel: dict, row: dict, reader) -> tuple[dict[str, str], Request, dict]:
+    """Click ``row``'s data link: the kernel history's variables and time range from the
+    expanded URL, with every variable checked against the options Grafana would offer."""
+    (link,) = panel["fieldConfig"]["defaults"]["links"]
+    url = urlparse(expand_link(link["url"], row))
+    assert url.path == "/d/kw-history/"
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    choice = {k.removeprefix("var-"): v for k, v in query.items() if k.startswith("var-")}
+    request = Request(*(datetime.fromtimestamp(int(query[k]) / 1000, UTC) for k in ("from", "to")))
+    (history,) = [d for d in catalog.dashboards() if d["uid"] == "kw-history"]
+    run = _runner(reader)
+    variables = inventory.resolve(history, request, run, choice)
+    for variable in history["templating"]["list"]:
+        names, rows = run(expand(variable["query"], request, variables))
+        column = names.index("__value") if "__value" in names else 0
+        assert choice[variable["name"]] in [r[column] for r in rows], variable["name"]
+    return choice, request, variables
+
+
+def _history_rows(reader, request: Request, variables, title: str) -> list[dict]:
+    (history,) = [d for d in catalog.dashboards() if d["uid"] == "kw-history"]
+    (query,) = [q for q in inventory.dashboard_queries(history) if q.title == title]
+    names, _types, rows = reader(expand(query.sql, request, variables))
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def test_journey_from_an_open_regression_to_its_culprit_magnitude_and_repro(seeded, reader):
+    rows = _panel_rows(seeded, reader, "kw-fleet", "Open regressions")
+    (row,) = [r for r in rows if r["regression_id"] == seeded.regression_id]
+    choice, request, variables = _follow(_panel("kw-fleet", "Open regressions"), row, reader)
+    assert (choice["kernel"], choice["gpu"]) == ("flash_attention", "NVIDIA B200")
+    assert request.start < END - timedelta(days=DAYS - PLANT_DAY) < request.end
+    changes = _history_rows(reader, request, variables, "Change points of this series")
+    (change,) = [c for c in changes if c["regression_id"] == seeded.regression_id]
+    assert change["culprit_sha"] == sha(PLANT_DAY)
+    assert change["rel_change"] == pytest.approx(SLOWDOWN - 1, abs=0.02)
+    points = _history_rows(
+        reader, request, variables, "Points, with the command that measures each commit again"
+    )
+    (culprit,) = [p for p in points if p["commit_sha"] == change["culprit_sha"]]
+    assert f"git worktree add /tmp/kw-{sha(PLANT_DAY)[:12]} {sha(PLANT_DAY)}" in culprit["repro"]
+
+
+def test_morning_after_compares_the_last_two_nights_with_the_nights_verdicts(seeded, reader):
+    title = "Last night against the night before, worst first"
+    rows = _panel_rows(seeded, reader, "kw-fleet", title)
+    assert [r["ratio"] for r in rows] == sorted((r["ratio"] for r in rows), reverse=True)
+    assert {r["device_model"] for r in rows} == {MODELS[m][0] for m in (H100, H200, B200)}
+    assert all(r["ratio_ci_low"] <= r["ratio"] <= r["ratio_ci_high"] for r in rows)
+    (planted,) = [r for r in rows if r["series_key"] == seeded.planted_key]
+    assert (planted["verdict"], planted["outcome"]) == ("SAME", "checked_noise")
+    assert planted["commit_sha"] == sha(DAYS - 1) and planted["previous_sha"] == sha(DAYS - 2)
+    (failure,) = _panel_rows(
+        seeded, reader, "kw-fleet", "Last night's correctness and static findings"
+    )
+    assert (failure["kind"], failure["case_label"]) == ("correctness", "tokens=7")
+    _choice, request, variables = _follow(_panel("kw-fleet", title), planted, reader)
+    points = _history_rows(
+        reader, request, variables, "Points, with the command that measures each commit again"
+    )
+    assert {sha(DAYS - 1), sha(DAYS - 2)} <= {p["commit_sha"] for p in points}
+
+
+def test_pr_dashboard_shows_the_ab_verdicts_of_a_pr_check(seeded, reader):
+    title = "A/B verdicts, slowest first"
+    rows = _panel_rows(seeded, reader, "kw-pr", title)
+    assert len(rows) == 21 and {r["head_sha"] for r in rows} == {"f" * 40}
+    slower = [r for r in rows if r["verdict"] == "SLOWER"]
+    assert {r["kernel"] for r in slower} == {"flash_attention"} and len(slower) == 3
+    assert rows[:3] == sorted(slower, key=lambda r: -r["ratio"])
+    for r in slower:
+        assert r["ci_low"] <= r["ratio"] <= r["ci_high"]
+        assert r["ratio"] == pytest.approx(SLOWDOWN, abs=0.03)
+    assert {r["verdict"] for r in rows[3:]} <= {"SAME", "AMBIGUOUS", "FASTER"}
+    (link,) = _panel("kw-pr", title)["fieldConfig"]["defaults"]["links"]
+    assert expand_link(link["url"], rows[0]) == PR_REPORT
+    static = _panel_rows(seeded, reader, "kw-pr", "Static findings and correctness failures")
+    assert static and {(r["kind"], r["kernel"]) for r in static} == {("static", "flash_attention")}
+    counts = _panel_rows(seeded, reader, "kw-pr", "Verdicts of this check")
+    assert sum(c["cases"] for c in counts) == 21
+
+
+def test_quarter_view_plots_ours_and_the_baselines_medians_for_three_cases(seeded, reader):
+    assert len(seeded.quarter_keys) == 3
+    title = "Median, ours and the baseline library's (log scale)"
+    rows = _panel_rows(seeded, reader, "kw-quarter", title)
+    lines: dict[str, list] = {}
+    for row in rows:
+        lines.setdefault(row["metric"], []).append(row)
+    ours = sorted(m for m in lines if m.endswith("(ours)"))
+    torch = sorted(m for m in lines if m.endswith("(torch)"))
+    assert len(ours) == len(torch) == 3 and len(lines) == 6
+    assert all(m.startswith("flash_attention ") and " on NVIDIA B200 " in m for m in ours)
+    for mine, theirs in zip(ours, torch, strict=True):
+        assert len(lines[mine]) == len(lines[theirs]) == DAYS
+        ratio = np.median([t["median_ns"] / o["median_ns"]
+                           for o, t in zip(lines[mine], lines[theirs], strict=True)])  # fmt: skip
+        assert ratio == pytest.approx(1.2, rel=0.03)  # the seeded library is 20% slower
+    by_commit = _panel_rows(
+        seeded, reader, "kw-quarter",
+        "Median by commit order, ours and the baseline library's (log scale)",
+    )  # fmt: skip
+    assert {r["commit_index"] for r in by_commit} == set(range(1, DAYS + 1))
+    panel = _panel("kw-quarter", title)
+    assert panel["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]["type"] == "log"
+
+
+def test_triage_rows_link_to_the_history_of_what_moved(seeded, reader):
+    rows = _panel_rows(seeded, reader, "kw-triage", "Regressions")
+    (row,) = [r for r in rows if r["regression_id"] == seeded.regression_id]
+    choice, _request, _variables = _follow(_panel("kw-triage", "Regressions"), row, reader)
+    assert (choice["kernel"], choice["gpu"]) == ("flash_attention", "NVIDIA B200")
+    title = "Suspected at night, and what the same-night A/B said"
+    suspects = _panel_rows(seeded, reader, "kw-triage", title)
+    (planted,) = [s for s in suspects if s["series_key"] == seeded.planted_key]
+    choice, _request, _variables = _follow(_panel("kw-triage", title), planted, reader)
+    assert choice["case"] == seeded.planted_key

@@ -198,7 +198,7 @@ def test_pushing_twice_upserts_everything_by_uid_and_duplicates_nothing(grafana)
     assert sorted(state.dashboards) == sorted(dashboards)
     assert {d["version"] for d in state.dashboards.values()} == {2}
     assert {d["folderUid"] for d in state.dashboards.values()} == {"kernelwatch"}
-    assert sorted(state.rules) == sorted(spec.uid for spec in alerts.RULES)
+    assert sorted(state.rules) == sorted(spec.uid for spec in alerts.rules())
     assert state.groups == {("kernelwatch", "kernelwatch"): alerts.GROUP_INTERVAL_S}
     assert sorted(state.contact_points) == ["kw-email", "kw-slack", "kw-webhook"]
     assert state.policy["receiver"] == alerts.RECEIVER
@@ -215,7 +215,7 @@ def test_a_rejected_dashboard_is_reported_and_the_rest_still_pushed(grafana):
     result = _push(url, alerts.Receivers())
     assert result.failed == ["dashboard kw-sol: HTTP 400: Dashboard kw-sol rejected by the test"]
     assert "kw-sol" not in state.dashboards and len(state.dashboards) == len(catalog.MODULES) - 1
-    assert len(state.rules) == len(alerts.RULES)
+    assert len(state.rules) == len(alerts.rules())
     # no receiver given: contact points and the policy tree are left alone
     assert state.contact_points == {} and state.policy is None
 

@@ -38,7 +38,8 @@ def dashboards():
 def test_generated_dashboards_are_structurally_sound(dashboards):
     assert checks.problems(dashboards) == []
     assert [d["uid"] for d in dashboards] == [
-        "kw-fleet", "kw-history", "kw-sol", "kw-builds", "kw-health", "kw-triage", "kw-comm",
+        "kw-fleet", "kw-pr", "kw-history", "kw-quarter", "kw-sol", "kw-builds", "kw-health",
+        "kw-triage", "kw-comm",
     ]  # fmt: skip
     assert {d["schemaVersion"] for d in dashboards} == {checks.SCHEMA_VERSION}
 
@@ -80,7 +81,7 @@ def test_every_query_is_on_the_kernelwatch_datasource_and_reads_report_objects(d
     sql = [t["rawSql"] for d in dashboards for p in d["panels"] for t in p["targets"]]
     sql += [a["target"]["rawSql"] for d in dashboards for a in d["annotations"]["list"]]
     sql += [v["query"] for d in dashboards for v in d["templating"]["list"] if v["type"] == "query"]
-    sql += [spec.sql for spec in alerts.RULES]
+    sql += [spec.sql for spec in alerts.rules()]
     for text in sql:
         relations = re.findall(r"\bFROM\s+(\w+)", text)
         assert relations and all(r.startswith("report_") for r in relations), text
@@ -163,8 +164,8 @@ def test_alert_rules_are_sql_reduce_threshold_on_the_datasource():
     group = alerts.rule_group()
     assert group["interval"] == alerts.GROUP_INTERVAL_S and group["folderUid"] == "kernelwatch"
     uids = [r["uid"] for r in group["rules"]]
-    assert len(set(uids)) == len(uids) == len(alerts.RULES)
-    for rule, spec in zip(group["rules"], alerts.RULES, strict=True):
+    assert len(set(uids)) == len(uids) == len(alerts.rules())
+    for rule, spec in zip(group["rules"], alerts.rules(), strict=True):
         sql, reduce, threshold = rule["data"]
         assert rule["condition"] == "C" and rule["noDataState"] == "OK"
         assert sql["datasourceUid"] == DATASOURCE_UID
@@ -297,3 +298,25 @@ def test_export_writes_every_dashboard_and_the_alerting_file(kernelwatch_cli, tm
     (tmp_path / "file").write_text("")
     refused = kernelwatch_cli("dashboards", "export", str(tmp_path / "file"))
     assert refused.returncode == 2 and refused.stderr.startswith("error: ")
+
+
+def test_export_writes_the_alert_rules_of_kernelwatch_toml(kernelwatch_cli, tmp_path):
+    (tmp_path / "kernelwatch.toml").write_text(
+        '[pools.h100]\ngpu = "H100"\n\n[notifications]\nannouncer = "flow"\n'
+    )
+    result = kernelwatch_cli("dashboards", "export", "out", "--provisioning", "prov", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    alerting = json.loads((tmp_path / "prov" / "alerting" / "kernelwatch.json").read_text())
+    rules = {r["uid"]: r for r in alerting["groups"][0]["rules"]}
+    assert "kw-regression-open" not in rules  # the flow announces
+    sql = rules["kw-nightly-missing"]["data"][0]["model"]["rawSql"]
+    assert "pool IN ('h100')" in sql
+    (tmp_path / "kernelwatch.toml").write_text('[notifications]\nannouncer = "pager"\n')
+    refused = kernelwatch_cli("dashboards", "export", "out", "--provisioning", "p", cwd=tmp_path)
+    assert refused.returncode == 2 and "announcer must be one of flow, grafana" in refused.stderr
+
+
+def test_every_panel_says_what_it_shows(dashboards):
+    missing = [(d["uid"], p["title"]) for d in dashboards for p in d["panels"]
+               if len(p.get("description", "")) < 40]  # fmt: skip
+    assert missing == []

@@ -367,7 +367,7 @@ def test_a_bisection_that_cannot_run_is_reported_and_the_night_still_ends(
 
     monkeypatch.setattr(nightly_module.tasks, "detect", detect_opens_one)
     monkeypatch.setattr(nightly_module, "bisect", bisect_of_a_rewritten_range)
-    monkeypatch.setattr(nightly_module, "regression_notices", lambda ids, report: [])
+    monkeypatch.setattr(nightly_module, "regression_notices", lambda ids, report, targets: [])
     repo = tmp_path / "kernels"
     repository_of(repo, {"suite.py": planted_suite_path}, "one good kernel")
     config = tmp_path / "kernelwatch.toml"

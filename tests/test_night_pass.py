@@ -17,7 +17,7 @@ from factories import run_info as make_info
 from psycopg.rows import dict_row
 
 from kernelwatch.analysis.thresholds import ConfirmBudget, Thresholds
-from kernelwatch.dashboards.alert_rules import RULES
+from kernelwatch.dashboards.alert_rules import rules
 from kernelwatch.flows.commit_run import CommitOutcome
 from kernelwatch.flows.confirmation import night_pass
 from kernelwatch.flows.detection import detect_and_alert
@@ -107,7 +107,7 @@ def test_a_new_register_spill_opens_a_static_regression_that_night(store_url):
             "WHERE regression_id = %s",
             (regression_id,),
         ).fetchone()
-        (new,) = [rule for rule in RULES if rule.uid == "kw-regression-new"]
+        (new,) = [rule for rule in rules() if rule.uid == "kw-regression-open"]
         with conn.cursor(row_factory=dict_row) as cur:
             firing = [r for r in cur.execute(new.sql) if r["regression_id"] == str(regression_id)]
     assert title.startswith("rms_norm: starts spilling") and kernels == "rms_norm"
