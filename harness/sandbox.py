@@ -50,7 +50,11 @@ ALLOWED = frozenset(
         "PYTHONWARNINGS", "PYTHONFAULTHANDLER", *NODES_ENV,
     }
 )  # fmt: skip
-ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_")
+#: NCCL_ and GLOO_: the collectives' tuning (recorded in a world's fabric) and the network
+#: interfaces a multi-node world's ranks must use (NCCL_SOCKET_IFNAME, NCCL_IB_HCA).
+ALLOWED_PREFIXES = (
+    "LC_", "CUDA_", "NVIDIA_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_", "NCCL_", "GLOO_",
+)  # fmt: skip
 #: Never passed on, whatever the allow-list says: the names secrets go by.
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|DSN", re.IGNORECASE)
 

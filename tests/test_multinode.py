@@ -161,3 +161,13 @@ def test_checkouts_travel_to_the_other_nodes_and_hostile_trees_are_refused(tmp_p
     with pytest.raises(tarfile.OutsideDestinationError):
         trees.unpack({"/x": base64.b64encode(hostile.getvalue()).decode()}, tmp_path / "n2")
     assert not (tmp_path / "escaped.py").exists()
+
+
+def test_the_ranks_see_the_layout_and_the_nccl_and_gloo_settings_but_no_secret(tmp_path):
+    from kernelwatch.harness.sandbox import child_env
+
+    settings = {"NCCL_ALGO": "Ring", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5_0",
+                "GLOO_SOCKET_IFNAME": "eth0"}  # fmt: skip
+    env = child_env({**_layout(29500, 1), **settings, **SECRETS}, tmp_path / "home")
+    assert {**_layout(29500, 1), **settings}.items() <= env.items()
+    assert not set(SECRETS) & set(env)

@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from kernelwatch.harness.distributed.nodes import Nodes
-from kernelwatch.harness.distributed.ranks import decode_line, write_line
 from kernelwatch.harness.sandbox import Sandbox, SandboxError, sandbox
+
+# The rank protocol's helpers (ranks.py) import torch: only the other nodes' agents load
+# them, so pod 0 starts the flow run without that second.
 
 RANK = "kernelwatch.harness.distributed.rank"
 #: Seconds between attempts to reach pod 0's coordinator.
@@ -102,6 +104,8 @@ class _Link:
         self.lock = threading.Lock()
 
     def send(self, message: dict[str, Any]) -> None:
+        from kernelwatch.harness.distributed.ranks import write_line
+
         with self.lock:
             write_line(self.stream, message)
 
@@ -109,6 +113,7 @@ class _Link:
 def _session(sock: socket.socket, nodes: Nodes, box: Sandbox, into: Path) -> None:
     """One world: start the ranks the coordinator names, relay until it hangs up, kill them."""
     from kernelwatch.harness.distributed import trees
+    from kernelwatch.harness.distributed.ranks import decode_line, write_line
 
     link = _Link(sock)
     link.send({"node": nodes.node_rank})
@@ -151,6 +156,7 @@ def _start_rank(rank: int, box: Sandbox, link: _Link) -> subprocess.Popen[bytes]
 
     def relay(stream: IO[bytes]) -> None:
         from kernelwatch.harness.child import tail
+        from kernelwatch.harness.distributed.ranks import decode_line
 
         for line in iter(stream.readline, b""):
             event = decode_line(line)
