@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,7 @@ from kernelwatch.harness.distributed.nodes import Nodes
 from kernelwatch.harness.distributed.ranks import Ranks
 from kernelwatch.harness.records import DeviceInfo, SoftwareInfo
 from kernelwatch.harness.spec import World
-from kernelwatch.harness.suite import SuiteRef
+from kernelwatch.harness.suite import SuiteRef, Task
 from kernelwatch.harness.supervise import CheckRequest, run_checks
 
 PLANTED = Path(__file__).parent / "planted" / "multinode_ranks.py"
@@ -115,6 +118,69 @@ def test_the_agent_runs_the_flow_on_node_0_and_refuses_a_broken_layout(tmp_path)
     assert len(broken.stderr.splitlines()) == 1
 
 
+def _coordinator(monkeypatch, port: int, startup_s: float) -> Ranks:
+    for name, value in _layout(port, 0).items():
+        monkeypatch.setenv(name, value)
+    device = DeviceInfo(kind="cpu", name="cpu", host="h", interpreter=True)
+    software = SoftwareInfo("0", "3", "2", "3", None, None)
+    plan = {"seed": 0, "suite": SuiteRef(str(PLANTED)).to_json(), "case_timeout_s": 5,
+            "startup_timeout_s": startup_s}  # fmt: skip
+    return Ranks(plan, device, software, starting=lambda: None)
+
+
+TASK = Task("all_gather", "smoke", {"gpus_per_node": 1, "nodes": 2, "n": 16}, "fp32", 1e-5)
+
+
+def test_an_agent_that_goes_away_loses_its_ranks_and_an_impostor_is_refused(monkeypatch):
+    """A fake agent: a connection claiming a node outside the world is closed; the real
+    one receives the suite's directory and its rank's hello, then vanishes."""
+    port = _two_free_ports()
+    ranks = _coordinator(monkeypatch, port, startup_s=30)
+    seen = {}
+
+    def agent() -> None:
+        def connect() -> socket.socket:
+            while True:
+                try:
+                    return socket.create_connection(("127.0.0.1", port + 1))
+                except ConnectionRefusedError:
+                    time.sleep(0.05)
+
+        with connect() as impostor:
+            impostor.sendall(b'{"node": 7}\n')
+            seen["impostor"] = impostor.makefile("rb").readline()
+        with connect() as sock:
+            stream = sock.makefile("rwb")
+            stream.write(b'{"node": 1}\n')
+            stream.flush()
+            seen["start"] = json.loads(stream.readline())
+            seen["hello"] = json.loads(stream.readline())
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    record = ranks.run("check", TASK, "multinode_ranks")
+    thread.join()
+    ranks.close()
+    assert seen["impostor"] == b""  # closed without a word
+    assert seen["start"]["ranks"] == [1] and list(seen["start"]["trees"]) == [str(PLANTED.parent)]
+    hello = seen["hello"]
+    assert hello["rank"] == 1 and hello["message"]["rank"] == 1
+    assert hello["message"]["local_rank"] == 0
+    assert hello["message"]["init_method"] == f"tcp://127.0.0.1:{port}"
+    assert record.verdict == "error" and record.failed_ranks == (1,)
+    assert record.reason == (
+        "rank 1 of 2 on node 1 was lost: the agent of node 1 went away during starting"
+    )
+
+
+def test_a_node_whose_agent_never_comes_is_named(monkeypatch):
+    ranks = _coordinator(monkeypatch, _two_free_ports(), startup_s=0.5)
+    record = ranks.run("check", TASK, "multinode_ranks")
+    ranks.close()
+    assert record.verdict == "error" and record.failed_ranks == (1,)
+    assert record.reason.startswith("node 1 of 2 did not join: no node agent connected")
+
+
 def test_the_layout_is_read_the_torchrun_way():
     nodes = Nodes.from_env(_layout(29500, 1))
     assert nodes == Nodes("127.0.0.1", 29500, 1, 2)
@@ -127,16 +193,12 @@ def test_the_layout_is_read_the_torchrun_way():
 
 
 def test_a_runner_on_one_node_reports_a_multi_node_case_unsupported(monkeypatch):
+    ranks = _coordinator(monkeypatch, 29500, startup_s=1)
     for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    device = DeviceInfo(kind="cpu", name="cpu", host="h", interpreter=True)
-    software = SoftwareInfo("0", "3", "2", "3", None, None)
-    ranks = Ranks({"seed": 0}, device, software, starting=lambda: None)
+        monkeypatch.delenv(name)
     assert "multi-node cases run on a multi-node pool" in ranks.lacking(World(1, nodes=2))
-    monkeypatch.setenv("NNODES", "3")
-    monkeypatch.setenv("NODE_RANK", "0")
-    monkeypatch.setenv("MASTER_ADDR", "pod-0")
-    monkeypatch.setenv("MASTER_PORT", "29500")
+    for name, value in {**_layout(29500, 0), "NNODES": "3"}.items():
+        monkeypatch.setenv(name, value)
     assert ranks.lacking(World(1, nodes=2)) == "needs 2 nodes; this pool's Job has 3"
     assert ranks.lacking(World(1, nodes=3)) == ""
 
