@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -63,7 +64,7 @@ Outcome = CorrectnessResult | Measurement | ABMeasurement
 Events = queue.Queue[tuple[int, dict[str, Any] | None]]
 
 
-class _Rank:
+class _Rank(ABC):
     """One rank as the coordinator sees it: the node it runs on, the step it last reported,
     and its outcome of the current command."""
 
@@ -72,18 +73,21 @@ class _Rank:
         self.step = "starting"
         self.outcome: dict[str, Any] | None = None
 
+    @abstractmethod
     def send(self, message: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Write one line to the rank."""
 
+    @abstractmethod
     def kill(self) -> None:
-        raise NotImplementedError
+        """End the rank (and whatever it started)."""
 
+    @abstractmethod
     def ended(self) -> str:
         """How the rank ended (its output closed): ``died of signal SIGSEGV``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def tail(self) -> str:
-        raise NotImplementedError
+        """The end of what the rank wrote on stderr."""
 
 
 class _LocalRank(_Rank):
@@ -487,6 +491,12 @@ def _relay(agent: _Agent, remote: dict[int, _RemoteRank], events: Events) -> Non
 
     def relay() -> None:
         live = set(remote)
+        with contextlib.suppress(OSError, ValueError):  # the connection closed under it
+            read_lines(live)
+        for rank in sorted(live):
+            events.put((rank, None))
+
+    def read_lines(live: set[int]) -> None:
         for line in iter(agent.stream.readline, b""):
             message = decode_line(line) or {}
             rank = message.get("rank")
@@ -500,8 +510,6 @@ def _relay(agent: _Agent, remote: dict[int, _RemoteRank], events: Events) -> Non
                 remote[rank].stderr = str(message.get("tail", ""))[-STDERR_TAIL:]
                 live.discard(rank)
                 events.put((rank, None))
-        for rank in sorted(live):
-            events.put((rank, None))
 
     threading.Thread(target=relay, daemon=True).start()
 
