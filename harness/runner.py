@@ -153,7 +153,8 @@ def finite(data: Any) -> Any:
 
 
 def _largest_world(suites: list[Suite], tasks: list[Task], ranks: Ranks) -> int:
-    """The most ranks a selected distributed case this device can host needs."""
+    """The most ranks a selected single-node distributed case this device can host needs
+    (a world across nodes has ranks of its own)."""
     from kernelwatch.harness.spec import DistributedSpec, World
 
     sizes = [0]
@@ -161,7 +162,7 @@ def _largest_world(suites: list[Suite], tasks: list[Task], ranks: Ranks) -> int:
         specs = [s.kernel(task.kernel) for s in suites if task.kernel in s.names]
         if any(isinstance(spec, DistributedSpec) for spec in specs):
             world = World.of(task.params)
-            sizes += [] if ranks.lacking(world) else [world.size]
+            sizes += [] if ranks.lacking(world) or world.nodes > 1 else [world.size]
     return max(sizes)
 
 

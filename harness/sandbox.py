@@ -9,6 +9,9 @@ can reach. Kernel code is untrusted (a pull request's may be hostile), so every 
   so it can neither read the worker's files nor write its caches, spool or results;
 - no network, through a network namespace, where the platform lets one be made (root, or
   unprivileged user namespaces); elsewhere it keeps the host's network (docs/SECURITY.md).
+  On a node of a multi-node world (``NNODES`` above 1) the ranks must reach the other nodes,
+  so children keep the pod's network, which the multi-node pool's NetworkPolicy limits
+  (infra/k8s/multi-node/); everything else holds.
 
 A suite directory the sandbox user cannot read (a checkout under a private directory) is
 copied into the private directory first. The Python environment itself must be readable by
@@ -33,6 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelwatch.harness.distributed.nodes import ENV as NODES_ENV
+from kernelwatch.harness.distributed.nodes import spans_nodes
 from kernelwatch.harness.suite import SuiteRef, revision_of
 
 USER_ENV = "KERNELWATCH_SANDBOX_USER"
@@ -42,10 +47,14 @@ ALLOWED = frozenset(
     {
         "PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "CC", "CXX",
         "PYTHONPATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
-        "PYTHONWARNINGS", "PYTHONFAULTHANDLER",
+        "PYTHONWARNINGS", "PYTHONFAULTHANDLER", *NODES_ENV,
     }
 )  # fmt: skip
-ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_")
+#: NCCL_ and GLOO_: the collectives' tuning (recorded in a world's fabric) and the network
+#: interfaces a multi-node world's ranks must use (NCCL_SOCKET_IFNAME, NCCL_IB_HCA).
+ALLOWED_PREFIXES = (
+    "LC_", "CUDA_", "NVIDIA_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_", "NCCL_", "GLOO_",
+)  # fmt: skip
 #: Never passed on, whatever the allow-list says: the names secrets go by.
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|DSN", re.IGNORECASE)
 
@@ -90,7 +99,9 @@ class Sandbox:
     """One private directory, identity and network policy, shared by the children of one
     supervised run (a restart after a crash reuses the staged suites and Triton's cache).
     ``namespaces``: children get their own network namespace, and as root their own mount
-    namespace too (where ``jail.py`` hides and exposes paths before dropping to the user)."""
+    namespace too (where ``jail.py`` hides and exposes paths before dropping to the user);
+    ``network``: with namespaces, the network namespace is left out (a multi-node world's
+    node, whose ranks reach the other nodes)."""
 
     root: Path
     identity: Identity | None
@@ -98,6 +109,7 @@ class Sandbox:
     hidden: tuple[str, ...] = ()
     staged: dict[str, str] = field(default_factory=dict)
     exposed: set[str] = field(default_factory=set)
+    network: bool = True
 
     @property
     def home(self) -> Path:
@@ -109,19 +121,22 @@ class Sandbox:
 
     def command(self, argv: list[str]) -> list[str]:
         """``argv`` wrapped to run in fresh namespaces and as the sandbox user."""
+        isolated = self.namespaces and self.network
         if self.identity is None:
-            return [*network_namespace_prefix(), "--", *argv] if self.namespaces else argv
+            return [*network_namespace_prefix(), "--", *argv] if isolated else argv
         spec = {
             "uid": self.identity.uid,
             "gid": self.identity.gid,
             "cwd": str(self.home),
             "mounts": self.namespaces,
-            "network": self.namespaces,
+            "network": isolated,
             "hide": list(self.hidden),
             "expose": sorted({*_python_dirs(), str(self.root), *self.exposed}),
         }
         jail = [sys.executable, "-m", "kernelwatch.harness.jail", json.dumps(spec), "--", *argv]
-        return [*network_namespace_prefix(), "--", *jail] if self.namespaces else jail
+        if not self.namespaces:
+            return jail
+        return [*network_namespace_prefix(network=self.network), "--", *jail]
 
     def suite(self, ref: SuiteRef) -> SuiteRef:
         """``ref`` as the child can import it: absolute paths (the child's working directory
@@ -175,7 +190,7 @@ def sandbox() -> Iterator[Sandbox]:
             (root / sub).mkdir()
         if identity is not None:
             _give(root, identity)
-        yield Sandbox(root, identity, namespaces, _hidden())
+        yield Sandbox(root, identity, namespaces, _hidden(), network=not spans_nodes(os.environ))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -228,12 +243,12 @@ def namespaces_available() -> bool:
     return probe.returncode == 0
 
 
-def network_namespace_prefix() -> list[str]:
+def network_namespace_prefix(network: bool = True) -> list[str]:
     """The ``unshare`` command that gives a process an empty network namespace: as root with
     a mount namespace of its own too (for ``jail.py``), otherwise inside a user namespace
-    that maps this user to itself."""
+    that maps this user to itself. Without ``network``, a root's mount namespace alone."""
     if os.geteuid() == 0:
-        return ["unshare", "--mount", "--net"]
+        return ["unshare", "--mount", *(["--net"] if network else [])]
     return ["unshare", "--user", "--map-current-user", "--net"]
 
 

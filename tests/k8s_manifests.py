@@ -29,9 +29,14 @@ def rendered_job(template: dict) -> dict:
         "service_account_name": "default",
         "job_watch_timeout_seconds": 600,
     }
-    values["env"] = [{"name": k, "value": v} for k, v in values["env"].items()]
     job = apply_values(template["job_configuration"]["job_manifest"], values)
-    # The worker splits the command into the container's args.
+    # As prefect-kubernetes' KubernetesWorkerJobConfiguration.prepare_for_flow_run: the first
+    # container's env is the worker's, put before the template's own list when it has one
+    # (an env of fieldRefs), and its args string is split into the args.
+    first = job["spec"]["template"]["spec"]["containers"][0]
+    worker_env = [{"name": k, "value": v} for k, v in values["env"].items()]
+    own = first.get("env")
+    first["env"] = [*worker_env, *own] if isinstance(own, list) else worker_env
     for container in job["spec"]["template"]["spec"]["containers"]:
         container["args"] = shlex.split(container["args"])
     return job

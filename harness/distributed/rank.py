@@ -5,7 +5,8 @@ many as the plan's largest world, and kept for every case: a smaller world's cas
 the first ranks, in process groups of their own, while the others answer at once.
 
 Protocol, JSON lines: the first line on stdin says who the rank is (``rank``,
-``local_rank``, ``world``, ``init_method``, ``timeout_s``, and the runner's ``plan``: the
+``local_rank``, ``world``, ``init_method``, ``join_timeout_s`` (the start-up allowance),
+``timeout_s`` (the collectives'), and the runner's ``plan``: the
 suites to import, the seed, the bench options); the rank joins the process group and
 answers ``{"event": "ready"}``. Then one command per line
 (``{"op": "check" | "bench" | "ab", "task": {...}}``, or ``{"op": "exit"}``), each answered
@@ -85,9 +86,17 @@ def _join(hello: dict[str, Any], device: Any) -> dict[str, Any]:
         torch.cuda.set_device(local_rank)
     where = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
     timeout = datetime.timedelta(seconds=float(hello["timeout_s"]))
+    # Ranks finish starting far apart (torch's import on a busy host, another node's pod):
+    # they meet in the store within the start-up allowance, so that the collectives' shorter
+    # timeout only ever waits on a rank that is already up.
+    join = datetime.timedelta(seconds=float(hello["join_timeout_s"]))
+    store, _, _ = next(dist.rendezvous(hello["init_method"], rank, world.size, timeout=join))
+    store.set_timeout(join)
+    store.set(f"kw-joined-{rank}", "1")
+    store.wait([f"kw-joined-{r}" for r in range(world.size)])
     dist.init_process_group(
-        "nccl" if cuda else "gloo", init_method=hello["init_method"], rank=rank,
-        world_size=world.size, timeout=timeout,
+        "nccl" if cuda else "gloo", store=store, rank=rank, world_size=world.size,
+        timeout=timeout,
     )  # fmt: skip
     loaded = load_suites(hello["plan"])
     suites = [one.suite for one in loaded]
