@@ -145,3 +145,18 @@ def test_a_regression_fixed_15_points_later_is_two_changes(seed):
     found = detect(y).change_points
     assert [cp.direction for cp in found] == ["regression", "improvement"]
     assert abs(found[0].index - 20) <= 2 and abs(found[1].index - 35) <= 2
+
+
+def test_a_step_under_half_the_series_noise_is_not_reported():
+    # The magnitude floor is noise_factor times the whole series' point-to-point noise: a
+    # clean 1% step in a quiet stretch of a series that is mostly 5% noise stays under it,
+    # though it clears the fixed min_magnitude, the rank test and the effect floor.
+    rng = np.random.default_rng(0)
+    quiet = rng.normal(0.0, 0.002, 60)
+    quiet[30:] += np.log(1.01)
+    y = np.exp(np.concatenate([rng.normal(0.0, 0.05, 140), quiet]))
+    found = detect(y)
+    assert found.noise_pct * DetectorConfig().noise_factor > 1.0 > DetectorConfig().min_magnitude
+    assert found.change_points == ()
+    without_floor = detect(y, DetectorConfig(noise_factor=0.0)).change_points
+    assert [cp.index for cp in without_floor] == [170]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from factories import measurement
 
+from kernelwatch.analysis.changepoints import detect
 from kernelwatch.analysis.record_changes import detect_measurements
 
 
@@ -42,3 +43,16 @@ def test_runs_without_clocks_leave_the_cause_unknown():
     runs = [_run(rng, 1000.0 * (0.9 if i >= 30 else 1.0), None) for i in range(60)]
     [change] = detect_measurements(runs).change_points
     assert (change.direction, change.cause) == ("improvement", "unknown")
+
+
+def test_a_change_the_raw_samples_do_not_confirm_is_dropped():
+    # Each run's median moves 4%, clean enough for the series of medians; the samples, 10%
+    # apart within a run, barely rank apart (Cliff's delta ~0.2, under the 0.3 floor).
+    rng = np.random.default_rng(0)
+    runs = [
+        measurement(samples_ns=1000.0 * (1.04 if i >= 40 else 1.0) * np.exp(rng.normal(0, 0.1, 50)))
+        for i in range(80)
+    ]
+    medians = [float(np.median(m.samples_ns)) for m in runs]
+    assert [cp.index for cp in detect(medians).change_points] == [40]
+    assert detect_measurements(runs).change_points == ()

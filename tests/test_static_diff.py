@@ -48,6 +48,23 @@ def test_new_spills():
     assert found["spills"] == ("0 B stores / 0 B loads", "7060 B stores / 10260 B loads")
 
 
+def test_more_spills_are_flagged_and_fewer_or_equal_are_not():
+    spilling = replace(BASE, spill_store_bytes=256, spill_load_bytes=512)
+    more = rules(replace(BASE, spill_store_bytes=512, spill_load_bytes=512), spilling)
+    assert more["spills"] == ("256 B stores / 512 B loads", "512 B stores / 512 B loads")
+    [finding] = compare(spilling, replace(spilling, spill_load_bytes=1024))
+    assert finding.message.startswith("spills more")
+    assert "spills" not in rules(spilling, spilling)
+    fewer = replace(BASE, spill_store_bytes=128, spill_load_bytes=256)
+    assert "spills" not in rules(fewer, spilling)
+    assert "spills" not in rules(BASE, spilling)
+
+
+def test_new_spill_loads_alone_are_flagged():
+    found = rules(replace(BASE, spill_load_bytes=64))
+    assert found["spills"] == ("0 B stores / 0 B loads", "0 B stores / 64 B loads")
+
+
 def test_tensor_core_downgrade_but_not_upgrade():
     assert rules(replace(BASE, tensor_core="HMMA"))["tensor_core"] == ("HGMMA", "HMMA")
     assert rules(replace(BASE, tensor_core="none"))["tensor_core"] == ("HGMMA", "none")

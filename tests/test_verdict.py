@@ -85,3 +85,44 @@ def test_bad_samples_are_refused():
         compare([1.0, -1.0], [1.0, 1.0])
     with pytest.raises(ValueError, match="at least 2"):
         compare([1.0], [1.0, 2.0])
+
+
+def _apart(
+    seed: int, n: int, factor: float, jitter: float, faster: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sides A and B with B ``factor`` times A, or A ``factor`` times B when ``faster``."""
+    slow, fast = _samples(seed, n, 100.0, jitter), _samples(seed + 1, n, 100.0 * factor, jitter)
+    return (fast, slow) if faster else (slow, fast)
+
+
+@pytest.mark.parametrize("faster", [False, True])
+def test_a_clear_shift_on_too_few_samples_waits_for_the_rank_test(faster):
+    # Seven a side cleanly 5% apart: the interval clears the margin, but the rank test
+    # cannot reach p < alpha (0.002 at best), so the verdict waits for more samples.
+    v = compare(*_apart(5, 7, 1.05, 0.002, faster))
+    outside = v.ci_low > 1 + DEFAULT.margin or v.ci_high < 1 - DEFAULT.margin
+    assert outside and DEFAULT.alpha < v.p_value < 0.01
+    assert v.verdict == "AMBIGUOUS"
+    assert compare(*_apart(5, 10, 1.05, 0.002, faster)).verdict == (
+        "FASTER" if faster else "SLOWER"
+    )
+
+
+@pytest.mark.parametrize("faster", [False, True])
+def test_the_interval_not_the_estimate_must_clear_the_margin(faster):
+    # 1.7% apart in 5% noise: the point estimate is past the 1% margin and p < alpha, but
+    # the interval's near end is inside the margin.
+    v = compare(*_apart(3, 200, 1.02, 0.05, faster))
+    assert abs(np.log(v.ratio)) > np.log1p(DEFAULT.margin) and v.p_value < DEFAULT.alpha
+    assert v.ci_low < 1 + DEFAULT.margin and v.ci_high > 1 - DEFAULT.margin
+    assert v.verdict == "AMBIGUOUS"
+
+
+def test_drift_shared_by_both_sides_stays_paired():
+    # Interleaved runs of identical code under a slow 15% drift: resampled as pairs, the
+    # drift cancels; resampled independently, each side's median wanders with it.
+    drift = np.exp(np.linspace(0.0, 0.15, 200))
+    a, b = drift * _samples(1, 200, 100.0, 0.003), drift * _samples(2, 200, 100.0, 0.003)
+    v = compare(a, b)
+    assert v.verdict == "SAME"
+    assert v.ci_high - v.ci_low < 0.015
