@@ -68,8 +68,8 @@ def _grid(**axes: Sequence[Any]) -> list[Params]:
 
 
 GRIDS: dict[str, list[Params]] = {
-    # No min_effect axis: on a series of at most a window a side, p < alpha already needs
-    # |Cliff's delta| > 0.4 at every alpha here, so the effect floor never decides in the
+    # No min_effect axis: with at most a window a side and no ties, p < alpha already needs
+    # |Cliff's delta| > 0.4 at every alpha here, so the effect floor does not decide in the
     # scan (it does on raw samples, record_changes.py). The noise floor does.
     "ours": _grid(
         alpha=[1e-3, 1e-4, 1e-5, 1e-6], window=[20, 25, 30, 40], noise_factor=[0.25, 0.5, 1.0]
