@@ -1,12 +1,14 @@
 """Summarise the cosmic-ray sessions scripts/mutation.sh leaves in a folder: the share of
 mutants killed per module and per package, and the diff of every survivor (Markdown on
-stdout). Runs in the venv that has cosmic-ray.
+stdout). Mutants of operators matching EXCLUDE (a regular expression) are left out, also
+those run before the session was filtered. Runs in the venv that has cosmic-ray.
 
-    .venv/bin/python scripts/mutation_report.py mutation > mutation/summary.md
+    .venv/bin/python scripts/mutation_report.py mutation [EXCLUDE] > mutation/summary.md
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,11 +20,14 @@ from cosmic_ray.work_item import TestOutcome
 def main() -> None:
     """Print the summary of every session under the folder named on the command line."""
     folder = Path(sys.argv[1])
+    excluded = re.compile(sys.argv[2] if len(sys.argv) > 2 else "(?!)")
     counts: dict[str, Counter[str]] = {}
     survivors: list[tuple[str, str, str]] = []
     for session in sorted(folder.glob("*.sqlite")):
         with use_db(str(session), WorkDB.Mode.open) as db:
             for item, result in db.completed_work_items:
+                if excluded.fullmatch(item.mutations[0].operator_name):
+                    continue
                 module = str(item.mutations[0].module_path)
                 outcome = (result.test_outcome or result.worker_outcome).value
                 counts.setdefault(module, Counter())[outcome] += 1

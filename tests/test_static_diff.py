@@ -77,6 +77,7 @@ def test_occupancy_cliff():
     assert resident_blocks(128, 8, sm90) == 2
     assert resident_blocks(136, 8, sm90) == 1
     assert resident_blocks(16, 1, sm90) == 32  # the block limit
+    assert resident_blocks(16, 3, sm90) == 21  # the warp limit: whole blocks of 3 warps
     assert rules(replace(BASE, registers=136))["occupancy"] == ("120 regs", "136 regs")
     assert "occupancy" not in rules(replace(BASE, registers=127))
 
@@ -86,11 +87,17 @@ def test_shared_memory_over_the_limit():
     assert found["shared_memory"] == ("99328 B", f"{1024 + 240 * 1024} B")
     over = replace(BASE, shared_dynamic_bytes=240 * 1024)
     assert "shared_memory" not in rules(replace(over, shared_dynamic_bytes=250 * 1024), over)
+    # No static shared memory recorded counts as none: one byte over the limit is over.
+    limit = ARCHS["sm_90a"].shared_limit_bytes
+    dynamic_only = replace(BASE, shared_static_bytes=None, shared_dynamic_bytes=limit + 1)
+    assert rules(dynamic_only)["shared_memory"] == ("99328 B", f"{limit + 1} B")
 
 
 def test_instruction_growth_threshold():
     grown = replace(BASE, instructions=AT_LIMIT + 1)
     assert rules(grown)["instructions"] == ("1000", str(AT_LIMIT + 1))
+    [finding] = compare(BASE, replace(BASE, instructions=1250))
+    assert finding.message == "+25% instructions (threshold 10%)"
     assert compare(BASE, grown, StaticThresholds(max_instruction_growth=0.5)) == []
     assert compare(BASE, replace(BASE, instructions=AT_LIMIT)) == []
 
@@ -123,6 +130,9 @@ def test_no_longer_compiles_matched_and_unrecorded():
 def test_removed_or_new_builds_are_not_regressions():
     other = replace(BASE, kernel="softmax")
     assert diff_builds([BASE], [other]) == []
+    # The same kernel and arch built with another config: the old config was dropped.
+    retuned = replace(BASE, config=LaunchConfig({"BLOCK_M": 64, "BLOCK_N": 128}, 4, 3))
+    assert diff_builds([BASE], [retuned]) == []
     assert diff_builds([], [BASE]) == []
     # A build that already failed at the base cannot regress.
     failed = replace(BASE, status="error")

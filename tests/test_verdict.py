@@ -44,6 +44,10 @@ def test_ambiguous_says_how_many_more_samples_would_settle_it():
     assert v.verdict == "AMBIGUOUS"
     assert v.more_samples is not None and v.more_samples > 0
     assert f"{v.more_samples} more samples" in v.reason
+    # The half-width shrinks as 1/sqrt(n) until it no longer reaches the margin edge.
+    half_width = (np.log(v.ci_high) - np.log(v.ci_low)) / 2
+    distance = abs(abs(np.log(v.ratio)) - np.log1p(DEFAULT.margin))
+    assert v.more_samples == np.ceil(v.n_a * (half_width / distance) ** 2 - v.n_a)
     bigger = v.n_a + v.more_samples
     settled = compare(_samples(3, bigger, 100.0, 0.02), _samples(4, bigger, 102.5, 0.02))
     assert settled.verdict == "SLOWER"
@@ -85,6 +89,10 @@ def test_bad_samples_are_refused():
         compare([1.0, -1.0], [1.0, 1.0])
     with pytest.raises(ValueError, match="at least 2"):
         compare([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="positive"):
+        compare([1.0, 0.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="positive clock"):
+        compare([1.0, 1.0], [1.0, 1.0], a_clock_mhz=[1980.0, -1.0], b_clock_mhz=[1980.0] * 2)
 
 
 def _apart(
