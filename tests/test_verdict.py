@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from kernelwatch.analysis.verdict import VerdictConfig, compare, compare_measurements
+from kernelwatch.harness.records import LaunchConfig
 
 DEFAULT = VerdictConfig()
 
@@ -71,6 +72,15 @@ def test_a_clock_change_is_the_same_in_cycle_space():
     assert "clock" in v.reason
 
 
+def test_a_code_change_is_slower_in_cycle_space_too():
+    clocks = np.full(300, 1980.0)
+    v = compare(
+        _samples(1, 300, 100.0), _samples(2, 300, 110.0), a_clock_mhz=clocks, b_clock_mhz=clocks
+    )
+    assert (v.verdict, v.cycle_verdict) == ("SLOWER", "SLOWER")
+    assert "clock" not in v.reason
+
+
 def test_measurements_leave_throttled_samples_out(make_measurement):
     a = _samples(1, 100, 100.0)
     b = _samples(2, 100, 100.0)
@@ -84,15 +94,57 @@ def test_measurements_leave_throttled_samples_out(make_measurement):
     assert v.cycle_verdict == "SAME"
 
 
+def test_measurements_say_when_the_configs_differed(make_measurement):
+    a, b = _samples(1, 100, 100.0), _samples(2, 100, 100.0)
+    equal = LaunchConfig({"BLOCK": 1024}, 4, 1)  # the factory's config, another object
+    same = compare_measurements(
+        make_measurement(samples_ns=a), make_measurement(samples_ns=b, config=equal)
+    )
+    assert "configs differed" not in same.reason
+    other = LaunchConfig({"BLOCK": 64}, 2, 1)
+    retuned = make_measurement(samples_ns=b, config=other)
+    assert (
+        "configs differed" in compare_measurements(make_measurement(samples_ns=a), retuned).reason
+    )
+    untuned = make_measurement(samples_ns=a, config=None)
+    assert "configs differed" not in compare_measurements(untuned, retuned).reason
+
+
+@pytest.mark.parametrize(("n_a", "n_b"), [(300, 300), (40, 50)])
+def test_the_interval_is_the_percentile_bootstrap_at_its_confidence(n_a, n_b):
+    """Equal sides resample pairs of indices; unequal sides resample each side (B first)."""
+    a, b = np.log(_samples(1, n_a, 100.0)), np.log(_samples(2, n_b, 103.0))
+    config = VerdictConfig(confidence=0.8, resamples=500, seed=3)
+    rng = np.random.default_rng(3)
+    if n_a == n_b:
+        idx = rng.integers(0, n_a, (500, n_a))
+        stats = np.median(b[idx], axis=1) - np.median(a[idx], axis=1)
+    else:
+        b_medians = np.median(b[rng.integers(0, n_b, (500, n_b))], axis=1)
+        stats = b_medians - np.median(a[rng.integers(0, n_a, (500, n_a))], axis=1)
+    low, high = np.quantile(stats, [0.1, 0.9])
+    v = compare(np.exp(a), np.exp(b), config)
+    assert (v.ci_low, v.ci_high) == pytest.approx((np.exp(low), np.exp(high)))
+
+
+def test_clocks_on_one_side_only_give_no_cycle_verdict():
+    v = compare(_samples(1, 50, 100.0), _samples(2, 50, 100.0), a_clock_mhz=np.full(50, 1980.0))
+    assert v.cycle_verdict is None
+
+
 def test_bad_samples_are_refused():
     with pytest.raises(ValueError, match="positive"):
         compare([1.0, -1.0], [1.0, 1.0])
     with pytest.raises(ValueError, match="at least 2"):
         compare([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="at least 2"):
+        compare([[1.0, 2.0], [3.0, 4.0]], [1.0, 2.0])
     with pytest.raises(ValueError, match="positive"):
         compare([1.0, 0.0], [1.0, 1.0])
-    with pytest.raises(ValueError, match="positive clock"):
-        compare([1.0, 1.0], [1.0, 1.0], a_clock_mhz=[1980.0, -1.0], b_clock_mhz=[1980.0] * 2)
+    assert compare([1.0, 1.0], [1.0, 1.0]).verdict == "SAME"  # any positive time is a time
+    for clocks in ([1980.0, -1.0], [1980.0, 0.0], [1980.0] * 3, [1980.0]):
+        with pytest.raises(ValueError, match="positive clock"):
+            compare([2.0, 2.0], [2.0, 2.0], a_clock_mhz=clocks, b_clock_mhz=[1980.0] * 2)
 
 
 def _apart(
