@@ -6,7 +6,7 @@
 #
 #   scripts/mutation.sh                       every module below
 #   scripts/mutation.sh analysis/verdict.py   the modules named
-#   scripts/mutation.sh --quick [BASE]        the modules below that differ from BASE (main)
+#   scripts/mutation.sh --quick [BASE]        the modules below this branch changed since BASE (main)
 #
 # Results: mutation/<module>.sqlite (cosmic-ray sessions) and mutation/summary.md, a score
 # per module and per package and each surviving mutant's diff. Needs the venv (./kw --help);
@@ -50,7 +50,9 @@ EXCLUDE='core/ReplaceBinaryOperator_BitOr_.*'
 modules=()
 if [[ "${1:-}" == "--quick" ]]; then
   base="${2:-main}"
-  changed="$(git diff --name-only "$base" -- '*.py')"
+  # What this branch changed since it left BASE (and is not committed yet), not what BASE
+  # gained meanwhile.
+  changed="$(git diff --name-only "$(git merge-base "$base" HEAD)" -- '*.py')"
   for module in "${!TESTS[@]}"; do
     grep -qx "$module" <<<"$changed" && modules+=("$module")
   done
