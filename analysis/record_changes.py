@@ -30,10 +30,8 @@ def detect_measurements(runs: Sequence[SampledRun], config: DetectorConfig = _DE
     usable = [i for i, m in enumerate(runs) if m.status == "ok" and counted_samples(m)[0].size]
     samples = [counted_samples(runs[i]) for i in usable]
     y = [float(np.median(ns)) for ns, _ in samples]
-    clocks = None
-    if samples and all(clock is not None and clock.size for _, clock in samples):
-        clocks = [float(np.median(clock)) for _, clock in samples]  # type: ignore[arg-type]
-    found = detect(y, config, clocks)
+    # No clocks for the medians: each change's cause comes from its runs' own samples below.
+    found = detect(y, config)
     floors = Floors(
         alpha=config.alpha,
         magnitude=max(config.min_magnitude, config.noise_factor * found.noise_pct / 100.0),

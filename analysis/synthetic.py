@@ -126,6 +126,18 @@ def make_dataset(
     return out
 
 
+def with_step(seed: int, jitter: float, step: float, n: int = 120) -> tuple[np.ndarray, int]:
+    """One series of ``n`` points with the full noise model at ``jitter`` and one step of
+    ``step`` planted at least 40 points from either end; returns it and the step's index
+    (the tests' and docs/DETECTION.md's "3 % steps" case)."""
+    rng = np.random.default_rng(seed)
+    series = make_series(rng, n, 0, jitter=jitter)
+    at = int(rng.integers(40, n - 40 + 1))
+    y = series.y.copy()
+    y[at:] *= 1 + step
+    return y, at
+
+
 def _change_positions(rng: np.random.Generator, n: int, k: int) -> tuple[int, ...]:
     # Draw gaps with the minimum spacing taken out, then add it back: uniform over all
     # placements that keep MIN_GAP between changes and EDGE from either end.

@@ -8,25 +8,16 @@ import numpy as np
 import pytest
 
 from kernelwatch.analysis.changepoints import DetectorConfig, History, append, detect
-from kernelwatch.analysis.synthetic import NoiseModel, make_series
+from kernelwatch.analysis.synthetic import NoiseModel, make_series, with_step
 
 # The false-alarm rate docs/DETECTION.md documents for unchanged series.
 DOCUMENTED_FALSE_ALARM_RATE = 0.03
 
 
-def _with_step(seed: int, jitter: float, step: float, n: int = 120) -> tuple[np.ndarray, int]:
-    rng = np.random.default_rng(seed)
-    series = make_series(rng, n, 0, jitter=jitter)
-    at = int(rng.integers(40, n - 40 + 1))
-    y = series.y.copy()
-    y[at:] *= 1 + step
-    return y, at
-
-
 def test_three_percent_steps_are_found_within_two_commits():
     found = 0
     for seed in range(100):
-        y, at = _with_step(seed, jitter=0.01, step=0.03 if seed % 2 else -0.03)
+        y, at = with_step(seed, jitter=0.01, step=0.03 if seed % 2 else -0.03)
         points = detect(y).change_points
         hits = [cp for cp in points if abs(cp.index - at) <= 2]
         if hits and len(points) == 1:
@@ -74,7 +65,7 @@ def test_cycle_space_tells_a_clock_change_from_a_code_change():
 
 
 def test_rates_invert_the_direction():
-    y, _ = _with_step(3, jitter=0.005, step=-0.05)
+    y, _ = with_step(3, jitter=0.005, step=-0.05)
     [change] = detect(y, DetectorConfig(lower_is_better=False)).change_points
     assert change.direction == "regression"
     assert change.magnitude_pct == pytest.approx(-5, abs=1)
@@ -93,7 +84,7 @@ def test_invalid_values_are_refused(bad):
 
 
 def test_a_year_of_nightlies_takes_milliseconds():
-    y, _ = _with_step(11, jitter=0.01, step=0.05, n=365)
+    y, _ = with_step(11, jitter=0.01, step=0.05, n=365)
     detect(y)
     start = time.perf_counter()
     for _ in range(10):
@@ -145,3 +136,18 @@ def test_a_regression_fixed_15_points_later_is_two_changes(seed):
     found = detect(y).change_points
     assert [cp.direction for cp in found] == ["regression", "improvement"]
     assert abs(found[0].index - 20) <= 2 and abs(found[1].index - 35) <= 2
+
+
+def test_a_step_under_half_the_series_noise_is_not_reported():
+    # The magnitude floor is noise_factor times the whole series' point-to-point noise: a
+    # clean 1% step in a quiet stretch of a series that is mostly 5% noise stays under it,
+    # though it clears the fixed min_magnitude, the rank test and the effect floor.
+    rng = np.random.default_rng(0)
+    quiet = rng.normal(0.0, 0.002, 60)
+    quiet[30:] += np.log(1.01)
+    y = np.exp(np.concatenate([rng.normal(0.0, 0.05, 140), quiet]))
+    found = detect(y)
+    assert found.noise_pct * DetectorConfig().noise_factor > 1.0 > DetectorConfig().min_magnitude
+    assert found.change_points == ()
+    without_floor = detect(y, DetectorConfig(noise_factor=0.0)).change_points
+    assert [cp.index for cp in without_floor] == [170]

@@ -17,6 +17,7 @@ import pytest
 from gitrepo import git
 
 from kernelwatch.analysis.static_diff import diff_builds
+from kernelwatch.cli.demo import judge
 from kernelwatch.flows.demo_repo import (
     AUTHOR,
     FIRST_DAY,
@@ -228,3 +229,33 @@ def test_culprit_is_much_slower_in_the_interpreter(kernelwatch_cli, demo, trees)
             times[side].append(median_ns(trees[side]))
     ratio = statistics.median(times["culprit"]) / statistics.median(times["parent"])
     assert ratio >= 1.5, times
+
+
+def _regression(number: int, culprit: str | None) -> dict[str, object]:
+    return {"regression_id": number, "title": f"regression {number}", "culprit_sha": culprit}
+
+
+def test_the_demo_finds_the_culprit_only_alone():
+    planted = "a" * 40
+    assert judge([_regression(1, planted)], planted) == (True, [])
+    for extra in (_regression(2, "b" * 40), _regression(2, None), _regression(2, planted)):
+        found, others = judge([_regression(1, planted), extra], planted)
+        assert not found and others == [
+            f"regression #2 'regression 2', culprit {(extra['culprit_sha'] or 'none')[:12]}"
+        ]
+    found, others = judge([_regression(1, "b" * 40)], planted)
+    assert not found and others == ["regression #1 'regression 1', culprit bbbbbbbbbbbb"]
+    assert judge([], planted) == (False, [])
+
+
+def test_the_quick_demo_names_the_culprit_the_night_it_lands(
+    kernelwatch_cli, pg_server, tmp_path, monkeypatch
+):
+    """``kernelwatch demo`` end to end at its smallest (four nights, the culprit's kernel
+    only, no build stage), on the session's PostgreSQL: ~45 CPU-seconds."""
+    monkeypatch.setenv("KERNELWATCH_PG_DIR", str(pg_server.root))
+    proc = kernelwatch_cli("demo", "--dir", str(tmp_path), "--quick", "--nights", "4", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "night 3: regression(s) (1,) opened" in proc.stderr
+    assert "alerted 0 nights after it landed; bisection found it" in proc.stderr
+    assert "also opened" not in proc.stderr

@@ -44,8 +44,27 @@ def test_unchanged_build_has_no_findings():
 
 
 def test_new_spills():
-    found = rules(replace(BASE, spill_store_bytes=7060, spill_load_bytes=10260))
-    assert found["spills"] == ("0 B stores / 0 B loads", "7060 B stores / 10260 B loads")
+    after = replace(BASE, spill_store_bytes=7060, spill_load_bytes=10260)
+    assert rules(after)["spills"] == ("0 B stores / 0 B loads", "7060 B stores / 10260 B loads")
+    [finding] = compare(BASE, after)
+    assert finding.message == "starts spilling (registers 120 -> 120)"
+
+
+def test_more_spills_are_flagged_and_fewer_or_equal_are_not():
+    spilling = replace(BASE, spill_store_bytes=256, spill_load_bytes=512)
+    more = rules(replace(BASE, spill_store_bytes=512, spill_load_bytes=512), spilling)
+    assert more["spills"] == ("256 B stores / 512 B loads", "512 B stores / 512 B loads")
+    [finding] = compare(spilling, replace(spilling, spill_load_bytes=1024))
+    assert finding.message.startswith("spills more")
+    assert "spills" not in rules(spilling, spilling)
+    fewer = replace(BASE, spill_store_bytes=128, spill_load_bytes=256)
+    assert "spills" not in rules(fewer, spilling)
+    assert "spills" not in rules(BASE, spilling)
+
+
+def test_new_spill_loads_alone_are_flagged():
+    found = rules(replace(BASE, spill_load_bytes=64))
+    assert found["spills"] == ("0 B stores / 0 B loads", "0 B stores / 64 B loads")
 
 
 def test_tensor_core_downgrade_but_not_upgrade():
@@ -60,6 +79,8 @@ def test_occupancy_cliff():
     assert resident_blocks(128, 8, sm90) == 2
     assert resident_blocks(136, 8, sm90) == 1
     assert resident_blocks(16, 1, sm90) == 32  # the block limit
+    assert resident_blocks(16, 3, sm90) == 21  # the warp limit: whole blocks of 3 warps
+    assert resident_blocks(65, 1, sm90) == 28  # 65 registers are granted as 72
     assert rules(replace(BASE, registers=136))["occupancy"] == ("120 regs", "136 regs")
     assert "occupancy" not in rules(replace(BASE, registers=127))
 
@@ -69,11 +90,28 @@ def test_shared_memory_over_the_limit():
     assert found["shared_memory"] == ("99328 B", f"{1024 + 240 * 1024} B")
     over = replace(BASE, shared_dynamic_bytes=240 * 1024)
     assert "shared_memory" not in rules(replace(over, shared_dynamic_bytes=250 * 1024), over)
+    # No static shared memory recorded counts as none: one byte over the limit is over.
+    limit = ARCHS["sm_90a"].shared_limit_bytes
+    dynamic_only = replace(BASE, shared_static_bytes=None, shared_dynamic_bytes=limit + 1)
+    assert rules(dynamic_only)["shared_memory"] == ("99328 B", f"{limit + 1} B")
+    # Exactly at the limit fits; static and dynamic add up; no dynamic size counts as none.
+    at_limit = replace(BASE, shared_static_bytes=limit, shared_dynamic_bytes=None)
+    assert "shared_memory" not in rules(at_limit)
+    assert "shared_memory" in rules(replace(at_limit, shared_dynamic_bytes=1), at_limit)
+    halves = replace(BASE, shared_static_bytes=limit // 2, shared_dynamic_bytes=limit // 2 + 8)
+    assert "shared_memory" in rules(halves)
+    assert "shared_memory" in rules(replace(at_limit, shared_static_bytes=limit + 1))
 
 
 def test_instruction_growth_threshold():
     grown = replace(BASE, instructions=AT_LIMIT + 1)
     assert rules(grown)["instructions"] == ("1000", str(AT_LIMIT + 1))
+    [finding] = compare(BASE, replace(BASE, instructions=1250))
+    assert finding.message == "+25% instructions (threshold 10%)"
+    [finding] = compare(BASE, replace(BASE, instructions=3000))
+    assert finding.message == "+200% instructions (threshold 10%)"
+    # No count at the base (not recorded): nothing to grow from.
+    assert compare(replace(BASE, instructions=None), BASE) == []
     assert compare(BASE, grown, StaticThresholds(max_instruction_growth=0.5)) == []
     assert compare(BASE, replace(BASE, instructions=AT_LIMIT)) == []
 
@@ -90,6 +128,28 @@ def test_a_per_kernel_override_sets_that_kernels_instruction_limit():
 
 def test_narrower_loads():
     assert rules(replace(BASE, global_load_bits=32))["load_width"] == ("128-bit", "32-bit")
+
+
+def test_improvements_and_unknowns_are_no_findings():
+    narrow = replace(BASE, global_load_bits=64, registers=136)
+    assert compare(narrow, BASE) == []  # wider loads, more resident blocks
+    assert compare(replace(BASE, global_load_bits=None), BASE) == []  # width unknown before
+    # Registers unknown at the base: no occupancy to compare with.
+    assert "occupancy" not in rules(replace(BASE, registers=136), replace(BASE, registers=None))
+
+
+def test_new_spill_stores_count_when_loads_are_unknown():
+    found = rules(replace(BASE, spill_store_bytes=1, spill_load_bytes=None))
+    assert found["spills"] == ("0 B stores / 0 B loads", "1 B stores / 0 B loads")
+
+
+def test_statuses_compare_by_value():
+    # Statuses read back from JSON or the store are equal strings, not the same object.
+    ok = replace(BASE, status="".join(["o", "k"]))
+    assert [f.rule for f in compare(ok, replace(ok, global_load_bits=32))] == ["load_width"]
+    assert diff_builds([BASE], [replace(ok, config=LaunchConfig({"BLOCK_M": 64}, 4, 3))]) == []
+    unrecorded = BuildMetrics("builtin", "gemm", "", "triton", "sm_90a", None, "error", "meta")
+    assert [f.rule for f in diff_builds([ok], [unrecorded])] == ["no_longer_compiles"]
 
 
 def test_no_longer_compiles_matched_and_unrecorded():
@@ -149,7 +209,12 @@ def test_a_config_change_is_compared_like_any_change():
 def test_removed_or_new_builds_are_not_regressions():
     other = replace(BASE, kernel="softmax")
     assert diff_builds([BASE], [other]) == []
+    # The same kernel and arch built with another config: the old config was dropped.
+    retuned = replace(BASE, config=LaunchConfig({"BLOCK_M": 64, "BLOCK_N": 128}, 4, 3))
+    assert diff_builds([BASE], [retuned]) == []
     assert diff_builds([], [BASE]) == []
     # A build that already failed at the base cannot regress.
     failed = replace(BASE, status="error")
     assert diff_builds([failed], [failed]) == []
+    unrecorded = BuildMetrics("builtin", "gemm", "", "triton", "sm_90a", None, "error", "meta")
+    assert diff_builds([failed], [unrecorded]) == []

@@ -182,7 +182,7 @@ def test_reporting_views_and_queries(store_url):
         ingester = Ingester(conn)
         for run in reversed(runs):  # out of order, as a replay may deliver them
             ingester.ingest(run)
-        add_regressions(conn, 6, 0)
+        add_regressions(conn, 12, 0)  # three regressions: one open, one fixed, one false
         latest = queries.latest(conn, device_model=MODELS[0][0])
         assert len(latest) == 12
         newest_nightly = max(
@@ -196,8 +196,10 @@ def test_reporting_views_and_queries(store_url):
         pr_run = next(r for r in runs if r.info.trigger == "pr")
         comparison = queries.run_comparison(conn, pr_run.info.run_id)
         assert len(comparison) == 4 and all(row["reference_median_ns"] for row in comparison)
-        assert queries.regressions(conn, since=NOW - timedelta(days=400))
-        assert queries.open_regressions(conn) is not None
+        every = queries.regressions(conn, since=NOW - timedelta(days=400))
+        still_open = [r["title"] for r in every if r["state"] not in ("fixed", "false_positive")]
+        assert len(every) == 3 and len(still_open) == 1
+        assert [r["title"] for r in queries.open_regressions(conn)] == still_open
         noise = queries.device_noise(conn, since=NOW - timedelta(days=30))
         assert sum(row["runs"] for row in noise) == len(runs)
 

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Mutation testing of the decision code with cosmic-ray: each module below is mutated one
+# change at a time (in place, restored after each), the tests that cover it run against
+# every mutant, and the mutants no test kills are listed. Not part of `./kw test` (a full run
+# takes hours on two cores); docs/TESTING.md holds the latest scores and explains survivors.
+#
+#   scripts/mutation.sh                       every module below
+#   scripts/mutation.sh analysis/verdict.py   the modules named
+#   scripts/mutation.sh --quick [BASE]        the modules below this branch changed since BASE (main)
+#
+# Results: mutation/<module>.sqlite (cosmic-ray sessions) and mutation/summary.md, a score
+# per module and per package and each surviving mutant's diff. Needs the venv (./kw --help);
+# installs cosmic-ray into it when missing.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+venv="${KERNELWATCH_VENV:-$root/.venv}"
+out="$root/mutation"
+
+# Module -> the fast tests that cover it. The decision parts outside analysis/: correctness
+# verdicts, sampling's stopping rule, throttle flagging, and what opens, closes and
+# announces a regression.
+declare -A TESTS=(
+  [analysis/verdict.py]="tests/test_verdict.py"
+  [analysis/changepoints.py]="tests/test_changepoints.py tests/test_history.py"
+  [analysis/confirm.py]="tests/test_changepoints.py tests/test_history.py"
+  [analysis/noise.py]="tests/test_changepoints.py"
+  [analysis/tail.py]="tests/test_changepoints.py tests/test_suspicion.py"
+  [analysis/record_changes.py]="tests/test_history.py"
+  [analysis/static_diff.py]="tests/test_static_diff.py"
+  [analysis/suspicion.py]="tests/test_suspicion.py"
+  [analysis/grouping.py]="tests/test_grouping.py"
+  [analysis/triage_rules.py]="tests/test_triage.py"
+  [analysis/bisect_search.py]="tests/test_bisect.py"
+  [analysis/thresholds.py]="tests/test_thresholds.py"
+  [analysis/trust.py]="tests/test_selfcheck.py"
+  [harness/correctness.py]="tests/test_correctness.py"
+  [harness/timing/sampling.py]="tests/test_sampling.py"
+  [harness/timing/telemetry.py]="tests/test_telemetry.py"
+  [flows/detection.py]="tests/test_regressions.py"
+  [flows/notify.py]="tests/test_flows_cli.py"
+)
+
+# Mutants left out: every `|` here but two set unions in analysis/triage_rules.py is a type
+# annotation, which `from __future__ import annotations` never evaluates, so its bitwise
+# mutants cannot fail anything.
+EXCLUDE='core/ReplaceBinaryOperator_BitOr_.*'
+
+modules=()
+if [[ "${1:-}" == "--quick" ]]; then
+  base="${2:-main}"
+  # What this branch changed since it left BASE (and is not committed yet), not what BASE
+  # gained meanwhile.
+  changed="$(git diff --name-only "$(git merge-base "$base" HEAD)" -- '*.py')"
+  for module in "${!TESTS[@]}"; do
+    grep -qx "$module" <<<"$changed" && modules+=("$module")
+  done
+  if ((${#modules[@]} == 0)); then
+    echo "mutation: no mutated module differs from $base" >&2
+    exit 0
+  fi
+elif (($#)); then
+  for module in "$@"; do
+    [[ -n "${TESTS[$module]:-}" ]] || {
+      echo "mutation: $module has no tests listed in scripts/mutation.sh; add it to TESTS" >&2
+      exit 2
+    }
+    modules+=("$module")
+  done
+else
+  modules=("${!TESTS[@]}")
+fi
+mapfile -t modules < <(printf '%s\n' "${modules[@]}" | sort)
+
+"$venv/bin/python" -c "import cosmic_ray" 2>/dev/null || "$venv/bin/pip" install -q cosmic-ray==8.7.0
+if ! git diff --quiet -- "${modules[@]}"; then
+  echo "mutation: commit or stash your changes to ${modules[*]} first (mutants are applied in place)" >&2
+  exit 2
+fi
+mkdir -p "$out"
+
+for module in "${modules[@]}"; do
+  name="${module//\//.}"
+  session="$out/$name.sqlite"
+  config="$out/$name.toml"
+  tests="${TESTS[$module]}"
+  # A mutant that hangs counts as killed; the limit is three times the unmutated run.
+  start=$(date +%s)
+  "$venv/bin/python" -m pytest -x -q -p no:cacheprovider $tests >/dev/null
+  baseline=$(($(date +%s) - start))
+  cat >"$config" <<EOF
+[cosmic-ray]
+module-path = "$module"
+timeout = $((3 * baseline + 10))
+excluded-modules = []
+test-command = "$venv/bin/python -m pytest -x -q -p no:cacheprovider $tests"
+
+[cosmic-ray.distributor]
+name = "local"
+
+[cosmic-ray.filters.operators-filter]
+exclude-operators = ["$EXCLUDE"]
+EOF
+  rm -f "$session"
+  "$venv/bin/cosmic-ray" init "$config" "$session"
+  "$venv/bin/cr-filter-operators" "$session" "$config"
+  echo "mutation: $module against $tests" >&2
+  "$venv/bin/cosmic-ray" exec "$config" "$session"
+  git checkout -- "$module"  # cosmic-ray restores each file; this is belt and braces
+done
+
+"$venv/bin/python" "$root/scripts/mutation_report.py" "$out" "$EXCLUDE" >"$out/summary.md"
+cat "$out/summary.md"
