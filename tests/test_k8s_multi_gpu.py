@@ -6,42 +6,21 @@ multi-GPU run takes on its node."""
 from __future__ import annotations
 
 import json
-import shlex
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
-from prefect.utilities.templating import apply_values
+from k8s_manifests import K8S, KUBERNETES, rendered_job
 
 from kernelwatch.flows.tasks import device_slot_names
 
-MULTI_GPU = Path(__file__).parent.parent / "infra" / "k8s" / "multi-gpu"
-KUBERNETES = "1.30"
-
-
-def _rendered_job(template: dict) -> dict:
-    """The Job the Prefect worker would create for a flow run: every variable at its
-    default, and what the worker supplies itself (name, command, env, labels)."""
-    values = {k: v["default"] for k, v in template["variables"]["properties"].items()
-              if "default" in v}  # fmt: skip
-    values |= {
-        "name": "nightly-run",
-        "command": "prefect flow-run execute",
-        "labels": {"prefect.io/flow-run-name": "nightly-run"},
-        "service_account_name": "default",
-        "job_watch_timeout_seconds": 600,
-    }
-    values["env"] = [{"name": k, "value": v} for k, v in values["env"].items()]
-    return apply_values(template["job_configuration"]["job_manifest"], values)
+MULTI_GPU = K8S / "multi-gpu"
 
 
 def test_the_multi_gpu_job_takes_a_whole_node_and_is_a_valid_job():
     template = json.loads((MULTI_GPU / "gpu-h100x8.json").read_text())
-    job = _rendered_job(template)
-    # The worker splits the command into the container's args, as its own template does.
+    job = rendered_job(template)
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    container["args"] = shlex.split(container["args"])
     assert kubernetes_validate.validate(job, KUBERNETES, strict=True)
     assert container["resources"]["requests"] == {"nvidia.com/gpu": 8}
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
