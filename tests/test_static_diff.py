@@ -148,7 +148,9 @@ def test_statuses_compare_by_value():
     ok = replace(BASE, status="".join(["o", "k"]))
     assert [f.rule for f in compare(ok, replace(ok, global_load_bits=32))] == ["load_width"]
     assert diff_builds([BASE], [replace(ok, config=LaunchConfig({"BLOCK_M": 64}, 4, 3))]) == []
-    unrecorded = BuildMetrics("builtin", "gemm", "", "triton", "sm_90a", None, "error", "meta")
+    unrecorded = BuildMetrics(
+        "builtin", "gemm", "", "triton", "sm_90a", None, "error", "meta", dtype=ok.dtype
+    )
     assert [f.rule for f in diff_builds([ok], [unrecorded])] == ["no_longer_compiles"]
 
 
