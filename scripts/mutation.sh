@@ -39,7 +39,7 @@ declare -A TESTS=(
   [harness/timing/sampling.py]="tests/test_sampling.py"
   [harness/timing/telemetry.py]="tests/test_telemetry.py"
   [flows/detection.py]="tests/test_regressions.py"
-  [flows/notify.py]="tests/test_flows_cli.py"
+  [flows/notify.py]="tests/test_alerts.py tests/test_security_secrets.py tests/test_flows_cli.py::test_notifications_reach_webhooks_and_slack tests/test_flows_cli.py::test_an_unreachable_target_is_reported_not_fatal"
 )
 
 # Mutants left out: every `|` here but two set unions in analysis/triage_rules.py is a type
@@ -80,6 +80,16 @@ if ! git diff --quiet -- "${modules[@]}"; then
 fi
 mkdir -p "$out"
 
+# Each mutant's tests run in a fork of one warm interpreter (scripts/pytest_forkserver.py):
+# a fresh one per mutant spends most of its time importing torch.
+socket="$out/forkserver.$$.sock"
+"$venv/bin/python" "$root/scripts/pytest_forkserver.py" serve "$socket" &
+server=$!
+trap 'kill "$server" 2>/dev/null; git checkout -- "${modules[@]}"' EXIT
+for _ in $(seq 100); do [[ -S "$socket" ]] && break; sleep 0.2; done
+[[ -S "$socket" ]] || { echo "mutation: the pytest fork server did not start" >&2; exit 2; }
+warm=("$venv/bin/python" "$root/scripts/pytest_forkserver.py" run "$socket")
+
 for module in "${modules[@]}"; do
   name="${module//\//.}"
   session="$out/$name.sqlite"
@@ -87,14 +97,17 @@ for module in "${modules[@]}"; do
   tests="${TESTS[$module]}"
   # A mutant that hangs counts as killed; the limit is three times the unmutated run.
   start=$(date +%s)
-  "$venv/bin/python" -m pytest -x -q -p no:cacheprovider $tests >/dev/null
+  "${warm[@]}" -- -x -q -p no:cacheprovider $tests || {
+    echo "mutation: $tests fail on the unmutated $module; fix them first" >&2
+    exit 2
+  }
   baseline=$(($(date +%s) - start))
   cat >"$config" <<EOF
 [cosmic-ray]
 module-path = "$module"
-timeout = $((3 * baseline + 10))
+timeout = $((3 * baseline + 20))
 excluded-modules = []
-test-command = "$venv/bin/python -m pytest -x -q -p no:cacheprovider $tests"
+test-command = "${warm[*]} --timeout $((3 * baseline + 10)) -- -x -q -p no:cacheprovider $tests"
 
 [cosmic-ray.distributor]
 name = "local"
