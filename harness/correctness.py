@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import time
 import traceback
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -228,9 +230,33 @@ def _launch(
     device: Device,
 ) -> tuple[dict[str, torch.Tensor], LaunchConfig]:
     bound = launcher.bind(spec, inputs, params, lambda dtype: poisons(dtype)[run].item())
-    outputs, used = launcher.launch(spec, bound, params, config)
-    device.synchronize()
+    with _poisoned_scratch():
+        outputs, used = launcher.launch(spec, bound, params, config)
+        device.synchronize()
     return {name: out.detach().clone() for name, out in outputs.items()}, used
+
+
+@contextmanager
+def _poisoned_scratch() -> Iterator[None]:
+    """Scratch tensors a kernel allocates itself (a MoE's sorted rows, split-K partials) start
+    as NaN or the integer maximum, as PyTorch's deterministic mode fills them: otherwise an
+    allocator handing back the previous launch's memory, holding the right values, hides a
+    row the kernel forgot to write."""
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.utils.deterministic.fill_uninitialized_memory,
+    )
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            # Only the filling is wanted here, not warnings about nondeterministic ops.
+            warnings.filterwarnings("ignore", message=".*deterministic.*")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.utils.deterministic.fill_uninitialized_memory = before[2]
 
 
 def _to_float64(inputs: Mapping[str, object]) -> dict[str, object]:

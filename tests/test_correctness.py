@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from planted.broken_suite import launch_scale
 
 from kernelwatch.harness.correctness import SENTINEL, case_seed, check_case, compare
 from kernelwatch.harness.records import CaseId
@@ -71,6 +72,33 @@ def test_constant_inputs_are_rejected(planted, device):
     result = check_case(constant, "planted", "smoke", {"n": 8}, "fp32", device)
     assert result.verdict == "error"
     assert "constant tensor 'x'" in result.reason
+
+
+def _forgets_its_scratch_tail(t, o, p, cfg):
+    """Computes through a scratch buffer of its own and forgets the scratch's last element.
+    The same computation ran into a buffer of the same size just before, so the allocator
+    hands that memory back holding the right value for the forgotten element."""
+    x = t["x"]
+    earlier = torch.empty_like(x)
+    launch_scale(x, earlier, 2.0)
+    del earlier
+    scratch = torch.empty_like(x)
+    config = launch_scale(x, scratch, 2.0, 1)
+    o["y"].copy_(scratch)
+    return config
+
+
+def test_a_scratch_element_never_written_is_caught_whatever_the_allocator_hands_back(
+    planted, device
+):
+    stale = KernelSpec(
+        **{**planted.kernel("good").__dict__, "name": "stale", "launch": _forgets_its_scratch_tail}
+    )
+    result = check_case(stale, "planted", "smoke", {"n": 70}, "fp32", device)
+    assert result.verdict == "fail"
+    assert "1 of 70 elements of 'y' are NaN/Inf" in result.reason
+    # The check leaves the process's own setting as it found it.
+    assert not torch.are_deterministic_algorithms_enabled()
 
 
 def test_mismatched_output_names_are_an_error(planted, device):
