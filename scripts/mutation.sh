@@ -73,7 +73,8 @@ else
 fi
 mapfile -t modules < <(printf '%s\n' "${modules[@]}" | sort)
 
-"$venv/bin/python" -c "import cosmic_ray" 2>/dev/null || "$venv/bin/pip" install -q cosmic-ray==8.7.0
+"$venv/bin/python" -c "import cosmic_ray, pytest_cov" 2>/dev/null ||
+  "$venv/bin/pip" install -q cosmic-ray==8.7.0 pytest-cov==7.1.0
 if ! git diff --quiet -- "${modules[@]}"; then
   echo "mutation: commit or stash your changes to ${modules[*]} first (mutants are applied in place)" >&2
   exit 2
@@ -97,17 +98,20 @@ for module in "${modules[@]}"; do
   tests="${TESTS[$module]}"
   # A mutant that hangs counts as killed; the limit is three times the unmutated run.
   start=$(date +%s)
-  "${warm[@]}" -- -x -q -p no:cacheprovider $tests || {
+  "${warm[@]}" -- -x -q -pno:cacheprovider $tests || {
     echo "mutation: $tests fail on the unmutated $module; fix them first" >&2
     exit 2
   }
   baseline=$(($(date +%s) - start))
+  # Each mutant runs only the tests that execute the statement it changes.
+  coverage="$out/$name.coverage.json"
+  "$venv/bin/python" "$root/scripts/mutation_coverage.py" map "$module" "$coverage" -- $tests
   cat >"$config" <<EOF
 [cosmic-ray]
 module-path = "$module"
 timeout = $((3 * baseline + 20))
 excluded-modules = []
-test-command = "${warm[*]} --timeout $((3 * baseline + 10)) -- -x -q -p no:cacheprovider $tests"
+test-command = "${warm[*]} --timeout $((3 * baseline + 10)) --select $coverage -- -x -q -pno:cacheprovider $tests"
 
 [cosmic-ray.distributor]
 name = "local"

@@ -5,11 +5,14 @@ forks a child that runs pytest from scratch, so the mutated kernelwatch module (
 by the server) is read from disk by the child as it stands for that mutant.
 
     pytest_forkserver.py serve SOCKET                        serve until SIGTERM
-    pytest_forkserver.py run SOCKET [--timeout S] -- ARGS   pytest ARGS in a fork; its exit code
+    pytest_forkserver.py run SOCKET [--timeout S] [--select MAP] -- ARGS
+                                        pytest ARGS in a fork; exit with pytest's code
 
 A child that outlives the timeout is killed and reported as exit 124, which cosmic-ray
 counts as killed, as it does its own timeouts; give cosmic-ray a longer timeout than the
-request's, so that the server is never left running a child nobody waits for.
+request's, so that the server is never left running a child nobody waits for. With
+``--select``, ARGS' test paths give way to the tests that execute the statements the
+module's current mutant changes (scripts/mutation_coverage.py), the options stay.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 # Third-party only: anything of kernelwatch imported here would be the unmutated copy.
 _PRELOAD = ("numpy", "scipy.stats", "torch", "pytest", "_pytest.assertion.rewrite", "anyio")
@@ -96,12 +100,19 @@ def main() -> int:
     run = sub.add_parser("run")
     run.add_argument("socket")
     run.add_argument("--timeout", type=float, default=600.0)
+    run.add_argument("--select", help="coverage map of mutation_coverage.py")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER)
     ns = parser.parse_args()
     if ns.command == "serve":
         _serve(ns.socket)
         return 0
     args = ns.pytest_args[1:] if ns.pytest_args[:1] == ["--"] else ns.pytest_args
+    if ns.select:
+        from mutation_coverage import select
+
+        chosen = select(Path(ns.select))
+        if chosen is not None:
+            args = [a for a in args if a.startswith("-")] + chosen
     return _run(ns.socket, args, ns.timeout)
 
 
