@@ -89,6 +89,8 @@ def _run(path: str, args: list[str], timeout: float) -> int:
         client.sendall((json.dumps(request) + "\n").encode())
         reply = client.makefile("r").readline()
     code = int(reply)
+    # What cosmic-ray keeps as the mutant's output: a timeout is told from a failing test.
+    print("timed out" if code == _TIMED_OUT else f"pytest exit {code}")
     return code if 0 <= code < 256 else 1
 
 
