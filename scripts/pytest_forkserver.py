@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 # Third-party only: anything of kernelwatch imported here would be the unmutated copy.
-_PRELOAD = ("numpy", "scipy.stats", "torch", "pytest", "_pytest.assertion.rewrite", "anyio")
+_PRELOAD = ("numpy", "scipy.stats", "torch", "pytest", "_pytest.assertion.rewrite")
 _TIMED_OUT = 124
 
 
@@ -95,6 +95,11 @@ def _run(path: str, args: list[str], timeout: float) -> int:
 
 
 def main() -> int:
+    # Everything after the first "--" is pytest's: argparse's REMAINDER would swallow the
+    # options that follow the socket too.
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    ours, pytest_args = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve")
@@ -103,19 +108,17 @@ def main() -> int:
     run.add_argument("socket")
     run.add_argument("--timeout", type=float, default=600.0)
     run.add_argument("--select", help="coverage map of mutation_coverage.py")
-    run.add_argument("pytest_args", nargs=argparse.REMAINDER)
-    ns = parser.parse_args()
+    ns = parser.parse_args(ours)
     if ns.command == "serve":
         _serve(ns.socket)
         return 0
-    args = ns.pytest_args[1:] if ns.pytest_args[:1] == ["--"] else ns.pytest_args
     if ns.select:
         from mutation_coverage import select
 
         chosen = select(Path(ns.select))
         if chosen is not None:
-            args = [a for a in args if a.startswith("-")] + chosen
-    return _run(ns.socket, args, ns.timeout)
+            pytest_args = [a for a in pytest_args if a.startswith("-")] + chosen
+    return _run(ns.socket, pytest_args, ns.timeout)
 
 
 if __name__ == "__main__":
