@@ -7,6 +7,7 @@
 #   scripts/mutation.sh                       every module below
 #   scripts/mutation.sh analysis/verdict.py   the modules named
 #   scripts/mutation.sh --quick [BASE]        the modules below this branch changed since BASE (main)
+#   MUTATION_SAMPLE=N scripts/mutation.sh     a seeded random N mutants of each module (0: all)
 #
 # Results: mutation/<module>.sqlite (cosmic-ray sessions) and mutation/summary.md, a score
 # per module and per package and each surviving mutant's diff. Needs the venv (./kw --help);
@@ -122,6 +123,7 @@ EOF
   rm -f "$session"
   "$venv/bin/cosmic-ray" init "$config" "$session"
   "$venv/bin/cr-filter-operators" "$session" "$config"
+  "$venv/bin/python" "$root/scripts/mutation_sample.py" "$session" "${MUTATION_SAMPLE:-0}"
   echo "mutation: $module against $tests" >&2
   "$venv/bin/cosmic-ray" exec "$config" "$session"
   git checkout -- "$module"  # cosmic-ray restores each file; this is belt and braces
