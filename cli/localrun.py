@@ -24,12 +24,15 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-# Prefect's defaults for a run on a laptop or a CI machine: no telemetry, and its per-task
-# INFO lines left out of the way of kernelwatch's own output.
+# Prefect's defaults for a run on a laptop or a CI machine: no telemetry, its per-task INFO
+# lines left out of the way of kernelwatch's own output, and time for the ephemeral API to
+# start: it migrates a new SQLite database first, which took longer than Prefect's 20 s
+# on a 2-core machine running two test workers beside two other jobs.
 _LOCAL_PREFECT = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",
     "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }
 
 
