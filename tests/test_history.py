@@ -8,7 +8,9 @@ import numpy as np
 from factories import measurement
 
 from kernelwatch.analysis.changepoints import detect
+from kernelwatch.analysis.confirm import confirm_on_samples
 from kernelwatch.analysis.record_changes import detect_measurements
+from kernelwatch.analysis.thresholds import DetectorConfig
 
 
 def _run(rng: np.random.Generator, center: float, clock: float | None, status: str = "ok"):
@@ -82,3 +84,31 @@ def test_each_change_is_judged_on_its_own_samples():
         for i in range(80)
     ] + [_run(rng, 1040.0 * 1.1, None) for _ in range(40)]
     assert [cp.index for cp in detect_measurements(runs).change_points] == [80]
+
+
+def test_the_samples_are_held_to_the_detectors_magnitude_floor(monkeypatch):
+    """Step 6 uses the floor the detector used on the medians: the larger of min_magnitude and
+    noise_factor times the series' noise. A series noisy enough that the noise term decides
+    shows which floor the raw-sample confirmation was given."""
+    import kernelwatch.analysis.record_changes as record_changes
+
+    given = []
+
+    def spy(before, after, floors):
+        given.append(floors)
+        return confirm_on_samples(before, after, floors)
+
+    monkeypatch.setattr(record_changes, "confirm_on_samples", spy)
+    rng = np.random.default_rng(4)
+    runs = [
+        measurement(samples_ns=1000.0 * (1.3 if i >= 40 else 1.0) * np.exp(rng.normal(0, 0.15, 50)))
+        for i in range(80)
+    ]
+    config = DetectorConfig()
+    medians = [float(np.median(m.samples_ns)) for m in runs]
+    noise = detect(medians, config).noise_pct / 100.0
+    assert config.noise_factor * noise > config.min_magnitude  # the noise term decides
+    [change] = detect_measurements(runs, config).change_points
+    assert change.index == 40
+    assert [f.magnitude for f in given] == [config.noise_factor * noise]
+    assert (given[0].alpha, given[0].effect) == (config.alpha, config.min_effect)
