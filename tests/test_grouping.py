@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from kernelwatch.analysis.changepoints import ChangePoint, detect
 from kernelwatch.analysis.grouping import Regression, group, place
@@ -56,3 +59,65 @@ def test_place_widens_the_range_by_the_slack():
     r = place("s", change, positions, slack=1)
     assert (r.last_good, r.first_bad) == (30, 60)
     assert place("s", change, positions, slack=0).last_good == 40
+
+
+def _change(index: int, direction: str = "regression", magnitude: float = 4.0) -> ChangePoint:
+    return ChangePoint(index, direction, magnitude, 1e-6, 0.9, "unknown")  # type: ignore[arg-type]
+
+
+def test_place_clamps_the_slack_at_both_ends_of_the_series():
+    positions = [3, 7, 12, 20, 31]
+    assert place("s", _change(1), positions) == Regression("s", 3, 20, "regression", 4.0)
+    assert place("s", _change(4), positions) == Regression("s", 7, 31, "regression", 4.0)
+    assert place("s", _change(5), [*positions, 40]).first_bad == 40  # an even count too
+    # The default slack is two points either side.
+    middle = place("s", _change(2), positions)
+    assert (middle.last_good, middle.first_bad) == (3, 31)
+
+
+@pytest.mark.parametrize("index", [0, 5, 6, -1])
+def test_a_change_at_the_first_point_or_outside_the_series_is_refused(index):
+    # A change needs a point before it: index 0 has no "before", 5 is past the last point.
+    with pytest.raises(ValueError, match=f"change index {index} is outside the series' 5"):
+        place("s", _change(index), [3, 7, 12, 20, 31])
+
+
+def test_ranges_that_only_touch_are_separate_culprits_and_one_that_overlaps_joins():
+    touching = group([_regression("a", 10, 20), _regression("b", 20, 30)])
+    assert [(a.after, a.until, a.series) for a in touching] == [(10, 20, ("a",)), (20, 30, ("b",))]
+    overlapping = group([_regression("a", 10, 20), _regression("b", 19, 30)])
+    assert [(a.after, a.until, a.series) for a in overlapping] == [(14, 25, ("a", "b"))]
+
+
+def test_a_group_whose_median_range_is_empty_names_its_members_whole_span():
+    # A night without new commits measures the same commit again, so a series can hold two
+    # points at one position and a change between them has an empty range. Medians of the
+    # ends: after = median(290, 300, 300) = 300, until = median(300, 310, 300) = 300, which
+    # names no commit: the alert falls back to the members' full span. (Positions past 256
+    # are not cached ints: an identity test would miss the equality.)
+    members = [_regression("a", 300, 300), _regression("b", 290, 310), _regression("c", 300, 300)]
+    [alert] = group(members)
+    assert (alert.after, alert.until) == (290, 310)
+
+
+def test_an_alert_keeps_its_members_direction_and_worst_change():
+    improvements = [
+        Regression("a", 10, 14, "improvement", -3.0),
+        Regression("b", 11, 15, "improvement", -9.0),
+        Regression("c", 12, 16, "improvement", 2.0),
+    ]
+    [alert] = group(improvements)
+    assert alert.direction == "improvement"
+    assert alert.worst_magnitude_pct == -9.0
+    only_regressions = group([*improvements, _regression("d", 12, 16)])
+    assert [(a.direction, a.series) for a in only_regressions] == [
+        ("improvement", ("a", "b", "c")),
+        ("regression", ("d",)),
+    ]
+
+
+def test_records_are_immutable():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _regression("a", 1, 2).first_bad = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        group([_regression("a", 1, 2)])[0].until = 3  # type: ignore[misc]
