@@ -216,6 +216,65 @@ def delay_summary(details: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: Mutation outcomes -> their columns (scripts/mutation_report.py counts them per module).
+MUTATION_COLUMNS = {
+    "killed": "killed by a test",
+    "timed out": "killed by the timeout",
+    "survived": "survived",
+    "not judged": "not judged",
+}
+_Z95 = 1.96
+
+
+def mutation_scores(details: dict[str, Any]) -> str:
+    """The share of mutants killed per module and per package (docs/TESTING.md)."""
+    head = " | ".join(
+        ("mutants", "run", *MUTATION_COLUMNS.values(), "killed share (95 % interval if sampled)")
+    )
+    rule = "|---" * (len(MUTATION_COLUMNS) + 4) + "|"
+    modules: dict[str, dict[str, int]] = details["modules"]
+    lines = [f"| module | {head} |", rule]
+    lines += [f"| {m} | {_mutation_cells([c])} |" for m, c in sorted(modules.items())]
+    packages: dict[str, list[dict[str, int]]] = {}
+    for module, counts in modules.items():
+        packages.setdefault(module.split("/")[0], []).append(counts)
+    lines += ["", f"| package | {head} |", rule]
+    lines += [f"| {p} | {_mutation_cells(cs)} |" for p, cs in sorted(packages.items())]
+    return "\n".join(lines)
+
+
+def _mutation_cells(modules: list[dict[str, int]]) -> str:
+    run = [sum(c.get(k, 0) for k in MUTATION_COLUMNS) for c in modules]
+    counts = [sum(c.get(k, 0) for c in modules) for k in MUTATION_COLUMNS]
+    total = sum(run) + sum(c.get("not sampled", 0) for c in modules)
+    return " | ".join(str(n) for n in (total, sum(run), *counts)) + f" | {_killed_share(modules)}"
+
+
+def _killed_share(modules: list[dict[str, int]]) -> str:
+    """The share of the judged mutants killed, each module weighted by its mutants (a
+    stratified estimate), with a normal-approximation interval where some were not sampled.
+    Mutants not judged tested nothing and are left out, as cosmic-ray leaves incompetent ones
+    out of its rate."""
+    strata = []
+    for c in modules:
+        killed = c.get("killed", 0) + c.get("timed out", 0)
+        judged = killed + c.get("survived", 0)
+        if judged:
+            strata.append((judged + c.get("not sampled", 0), killed / judged, judged))
+    if not strata:
+        return "-"
+    total = sum(population for population, _, _ in strata)
+    share = sum(population * p for population, p, _ in strata) / total
+    if all(judged == population for population, _, judged in strata):
+        return f"{share:.1%}"
+    variance = sum(
+        (population / total) ** 2 * p * (1 - p) / judged * (1 - judged / population)
+        for population, p, judged in strata
+    )
+    half = _Z95 * variance**0.5
+    return f"{share:.1%} ({max(0.0, share - half):.1%} to {min(1.0, share + half):.1%})"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "detection-full": detection_full,
     "detection-summary": detection_summary,
@@ -225,6 +284,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "detector-cases": detector_cases,
     "delay-full": delay_full,
     "delay-summary": delay_summary,
+    "mutation-scores": mutation_scores,
 }
 
 

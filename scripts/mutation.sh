@@ -8,6 +8,8 @@
 #   scripts/mutation.sh analysis/verdict.py   the modules named
 #   scripts/mutation.sh --quick [BASE]        the modules below this branch changed since BASE (main)
 #   MUTATION_SAMPLE=N scripts/mutation.sh     a seeded random N mutants of each module (0: all)
+#   scripts/mutation.sh --survivors           judge again the survivors of mutation/'s sessions
+#                                             (after new tests; the modules must be unchanged)
 #
 # Results: mutation/<module>.sqlite (cosmic-ray sessions) and mutation/summary.md, a score
 # per module and per package and each surviving mutant's diff. Needs the venv (./kw --help);
@@ -49,7 +51,23 @@ declare -A TESTS=(
 EXCLUDE='core/ReplaceBinaryOperator_BitOr_.*'
 
 modules=()
-if [[ "${1:-}" == "--quick" ]]; then
+survivors=0
+if [[ "${1:-}" == "--survivors" ]]; then
+  # After new tests: judge again only the mutants that survived the sessions in mutation/.
+  survivors=1
+  shift
+  for session in "$out"/*.sqlite; do
+    [[ -e "$session" ]] || break
+    name="$(basename "$session" .sqlite)"
+    for module in "${!TESTS[@]}"; do
+      [[ "${module//\//.}" == "$name" ]] && modules+=("$module")
+    done
+  done
+  if ((${#modules[@]} == 0)); then
+    echo "mutation: no session in $out to re-run the survivors of" >&2
+    exit 2
+  fi
+elif [[ "${1:-}" == "--quick" ]]; then
   base="${2:-main}"
   # What this branch changed since it left BASE (and is not committed yet), not what BASE
   # gained meanwhile.
@@ -120,14 +138,21 @@ name = "local"
 [cosmic-ray.filters.operators-filter]
 exclude-operators = ["$EXCLUDE"]
 EOF
-  rm -f "$session"
-  "$venv/bin/cosmic-ray" init "$config" "$session"
-  "$venv/bin/cr-filter-operators" "$session" "$config"
-  "$venv/bin/python" "$root/scripts/mutation_sample.py" "$session" "${MUTATION_SAMPLE:-0}"
+  if ((survivors)); then
+    "$venv/bin/python" -c 'import sqlite3, sys
+with sqlite3.connect(sys.argv[1]) as db:
+    db.execute("DELETE FROM work_results WHERE test_outcome = ?", ("SURVIVED",))' "$session"
+  else
+    rm -f "$session"
+    "$venv/bin/cosmic-ray" init "$config" "$session"
+    "$venv/bin/cr-filter-operators" "$session" "$config"
+    "$venv/bin/python" "$root/scripts/mutation_sample.py" "$session" "${MUTATION_SAMPLE:-0}"
+  fi
   echo "mutation: $module against $tests" >&2
   "$venv/bin/cosmic-ray" exec "$config" "$session"
   git checkout -- "$module"  # cosmic-ray restores each file; this is belt and braces
 done
 
-"$venv/bin/python" "$root/scripts/mutation_report.py" "$out" "$EXCLUDE" >"$out/summary.md"
+"$venv/bin/python" "$root/scripts/mutation_report.py" "$out" "$EXCLUDE" --json "$out/mutation.json" \
+  >"$out/summary.md"
 cat "$out/summary.md"

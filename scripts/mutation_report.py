@@ -5,29 +5,38 @@ those run before the session was filtered. A module run on a sample of its mutan
 (scripts/mutation_sample.py) gets its share with a 95 % interval; a package's share weights
 each module by its mutants. Runs in the venv that has cosmic-ray.
 
-    .venv/bin/python scripts/mutation_report.py mutation [EXCLUDE] > mutation/summary.md
+    .venv/bin/python scripts/mutation_report.py mutation [EXCLUDE] [--json F] > mutation/summary.md
+
+The tables are docs_results.py's (the same renderer fills docs/TESTING.md from the JSON).
 """
 
 from __future__ import annotations
 
-import math
+import argparse
+import json
 import re
-import sys
 from collections import Counter
+from importlib.metadata import version
 from pathlib import Path
 
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome, WorkResult
+from docs_results import mutation_scores
 from mutation_sample import NOT_SAMPLED
 
 
 def main() -> None:
-    """Print the summary of every session under the folder named on the command line."""
-    folder = Path(sys.argv[1])
-    excluded = re.compile(sys.argv[2] if len(sys.argv) > 2 else "(?!)")
+    """Print the summary of every session under the folder named on the command line, and
+    write the counts as JSON with --json."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("exclude", nargs="?", default="(?!)")
+    parser.add_argument("--json", type=Path, help="write the counts here (docs/results/)")
+    args = parser.parse_args()
+    excluded = re.compile(args.exclude)
     counts: dict[str, Counter[str]] = {}
     survivors: list[tuple[str, str, str]] = []
-    for session in sorted(folder.glob("*.sqlite")):
+    for session in sorted(args.folder.glob("*.sqlite")):
         with use_db(str(session), WorkDB.Mode.open) as db:
             for item, result in db.completed_work_items:
                 if excluded.fullmatch(item.mutations[0].operator_name):
@@ -39,33 +48,19 @@ def main() -> None:
             pending = sum(1 for _ in db.pending_work_items)
             if pending:
                 print(f"note: {session.name} has {pending} mutants not run yet\n")
-    print(f"| module | {_HEADER} |\n{_RULE}")
-    for module, c in sorted(counts.items()):
-        print(f"| {module} | {_cells(c)} | {_share([c])} |")
-    packages: dict[str, list[Counter[str]]] = {}
-    for module, c in counts.items():
-        packages.setdefault(module.split("/")[0], []).append(c)
-    print(f"\n| package | {_HEADER} |\n{_RULE}")
-    for package, modules in sorted(packages.items()):
-        print(f"| {package} | {_cells(sum(modules, Counter()))} | {_share(modules)} |")
+    details = {
+        "tool": f"cosmic-ray {version('cosmic-ray')}",
+        "modules": {module: dict(sorted(c.items())) for module, c in sorted(counts.items())},
+    }
+    if args.json:
+        args.json.write_text(json.dumps(details, indent=1) + "\n")
+    print(mutation_scores(details))
     print(f"\n## Surviving mutants ({len(survivors)})\n")
     for module, operator, diff in survivors:
         print(f"### {module}: {operator}\n\n```diff\n{diff.strip()}\n```\n")
 
 
-# Outcome -> its column.
-_COLUMNS = {
-    "killed": "killed by a test",
-    "timed out": "killed by the timeout",
-    "survived": "survived",
-    "not judged": "not judged",
-}
-_HEADER = " | ".join(
-    ("mutants", "run", *_COLUMNS.values(), "killed share (95 % interval if sampled)")
-)
-_RULE = "|---" * (len(_COLUMNS) + 4) + "|"
 _KILLED_BY_A_TEST = re.compile(r"pytest exit [123]")  # failed, collection error, internal
-_Z = 1.96
 
 
 def _outcome(result: WorkResult) -> str:
@@ -80,36 +75,6 @@ def _outcome(result: WorkResult) -> str:
     if last == ["timed out"]:
         return "timed out"
     return "killed" if last and _KILLED_BY_A_TEST.fullmatch(last[0]) else "not judged"
-
-
-def _cells(c: Counter[str]) -> str:
-    run = sum(c[column] for column in _COLUMNS)
-    return " | ".join(str(n) for n in (run + c[NOT_SAMPLED], run, *(c[k] for k in _COLUMNS)))
-
-
-def _share(modules: list[Counter[str]]) -> str:
-    """The killed share of the mutants judged, each module weighted by its mutants (a
-    stratified estimate), with a normal-approximation interval for the sampled ones.
-    Mutants not judged test nothing and are left out, as cosmic-ray leaves incompetent ones."""
-    strata = []
-    for c in modules:
-        killed = c["killed"] + c["timed out"]
-        judged = killed + c["survived"]
-        if judged:
-            population = judged + c[NOT_SAMPLED]
-            strata.append((population, killed / judged, judged))
-    if not strata:
-        return "-"
-    total = sum(population for population, _, _ in strata)
-    share = sum(population * p for population, p, _ in strata) / total
-    variance = sum(
-        (population / total) ** 2 * p * (1 - p) / judged * (1 - judged / population)
-        for population, p, judged in strata
-    )
-    if variance == 0 and all(judged == population for population, _, judged in strata):
-        return f"{share:.1%}"
-    half = _Z * math.sqrt(variance)
-    return f"{share:.1%} ({max(0.0, share - half):.1%} to {min(1.0, share + half):.1%})"
 
 
 if __name__ == "__main__":

@@ -109,3 +109,23 @@ def test_the_fork_server_reports_pass_failure_and_timeout(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_sampled_module_gets_an_interval_and_a_package_weights_its_modules():
+    render = _script("docs_results").mutation_scores
+    table = render(
+        {
+            "modules": {
+                "analysis/a.py": {"killed": 9, "survived": 1},
+                "analysis/b.py": {"killed": 50, "survived": 50, "not sampled": 300},
+                "flows/c.py": {"killed": 3, "timed out": 1, "not judged": 2},
+            }
+        }
+    ).splitlines()
+    assert table[2] == "| analysis/a.py | 10 | 10 | 9 | 0 | 1 | 0 | 90.0% |"
+    # 50 % of a sample of 100 from 400: +-1.96 * sqrt(.25 / 100 * (1 - 100 / 400)) = 8.5 %.
+    assert table[3] == "| analysis/b.py | 400 | 100 | 50 | 0 | 50 | 0 | 50.0% (41.5% to 58.5%) |"
+    # A kill by the timeout counts; a mutant whose tests never ran is left out of the share.
+    assert table[4] == "| flows/c.py | 6 | 6 | 3 | 1 | 0 | 2 | 100.0% |"
+    # The package weights each module by its mutants: (10 * 0.9 + 400 * 0.5) / 410.
+    assert table[8].startswith("| analysis | 410 | 110 | 59 | 0 | 51 | 0 | 51.0% (")
