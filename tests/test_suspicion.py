@@ -65,6 +65,14 @@ def test_a_night_that_is_no_timing_is_never_suspected(tonight):
     assert suspect_timing(np.append(_nights(8), tonight), RULES) is None
 
 
+def test_one_or_two_nights_are_too_few_to_judge():
+    # Even at its smallest (2 nights of regime) a test needs both before tonight.
+    least = SuspicionThresholds(min_history=2, history=2)
+    assert suspect_timing([3e6], least) is None
+    assert suspect_timing([1e6, 3e6], least) is None
+    assert suspect_timing([1e6, 1e6, 3e6], least) is not None
+
+
 def test_the_magnitude_is_the_log_ratio_of_tonight_to_the_regime_for_times_and_rates():
     # A time below one (seconds) is as valid a level as any: doubling it is a regression of
     # exactly log 2 against the regime's median.
@@ -266,6 +274,9 @@ def test_measurements_and_their_outcomes_are_immutable_records():
     measured = Measured({}, 1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         measured.gpu_seconds = 0.0  # type: ignore[misc]
+    confirmed = Confirmed("s", None, 0, 0.0, "unconfirmed", "")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        confirmed.outcome = "regression"  # type: ignore[misc]
 
 
 def test_detect_reports_a_clear_step_in_the_tail_as_provisional():
