@@ -148,6 +148,7 @@ def schedule(
         verdicts: dict[int, ABVerdict] = {}
         errors: dict[int, str] = {}
         costs = dict.fromkeys(members, 0.0)
+        taken = dict.fromkeys(members, 0)
         rounds = 0
         while pending and rounds < budget.max_rounds:
             cost = (2**rounds) * sum(estimate(suspects[i]) for i in pending)
@@ -158,11 +159,12 @@ def schedule(
             spent += measured.gpu_seconds
             for i in pending:
                 costs[i] += measured.gpu_seconds / len(pending)
+                taken[i] += 1
             verdicts.update({i: v for i, v in measured.verdicts.items() if i in pending})
             errors.update({i: e for i, e in measured.errors.items() if i in pending})
             pending = [i for i in pending if i in verdicts and verdicts[i].verdict == "AMBIGUOUS"]
         for i in members:
-            results[i] = _result(suspects[i], verdicts.get(i), errors.get(i), rounds, costs[i],
+            results[i] = _result(suspects[i], verdicts.get(i), errors.get(i), taken[i], costs[i],
                                  budget, spent)  # fmt: skip
     return [results[i] for i in range(len(suspects))]
 
