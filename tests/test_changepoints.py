@@ -283,3 +283,47 @@ def test_too_short_starts_below_two_regimes_of_min_size_points():
 def test_a_zero_time_is_refused():
     with pytest.raises(ValueError, match="positive"):
         detect([1.0, 0.0] * 10)
+
+
+def test_an_incremental_change_settles_once_two_windows_of_points_follow_it():
+    config = DetectorConfig()
+    y = _levels((40, 1.0), (2 * config.window, 1.1))
+    history, found = append(History(config), list(y[:-1]))
+    assert [(cp.index, cp.direction) for cp in found.change_points] == [(40, "regression")]
+    assert history.settled == ()
+    history, found = append(history, [float(y[-1])])
+    assert [cp.index for cp in history.settled] == [40]
+    assert history.settled == found.change_points
+
+
+def test_a_bulk_append_judges_a_change_with_a_full_window_before_it_in_the_tail():
+    config = DetectorConfig()
+    # 150 points keep the last 120: the tail starts at 30 and point 60 has a full window of
+    # the tail before it, so its change is judged there, not left to earlier appends.
+    y = _levels((60, 1.0), (90, 1.1))
+    history, found = append(History(config), list(y))
+    assert history.offset == y.size - 4 * config.window == 30
+    assert [cp.index for cp in found.change_points] == [60]
+
+
+@pytest.mark.parametrize("noise", [0.03, 0.04])
+def test_the_noise_floor_is_half_the_series_noise(noise):
+    # A clean step in a quiet stretch of a noisy series: just under noise_factor times the
+    # series' noise it is not reported, just over it is.
+    config = DetectorConfig()
+    rng = np.random.default_rng(0)
+    noisy, quiet = rng.normal(0.0, noise, 140), rng.normal(0.0, 0.002, 60)
+    sigma = detect(np.exp(np.concatenate([noisy, quiet]))).noise_pct / 100
+    floor = config.noise_factor * sigma
+    assert floor > config.min_magnitude
+    for factor, expected in ((0.8, []), (1.25, [170])):
+        stepped = quiet + np.where(np.arange(60) >= 30, factor * floor, 0.0)
+        found = detect(np.exp(np.concatenate([noisy, stepped])), config).change_points
+        assert [cp.index for cp in found] == expected, factor
+
+
+def test_in_a_quiet_series_min_magnitude_is_the_floor():
+    y = _levels((40, 1.0), (40, 1.004), noise=0.0005)
+    assert detect(y).change_points == ()
+    found = detect(y, DetectorConfig(min_magnitude=0.003)).change_points
+    assert [cp.index for cp in found] == [40]
