@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu, norm
 
+from kernelwatch.analysis import changepoints
 from kernelwatch.analysis.changepoints import (
     Detection,
     DetectorConfig,
@@ -17,6 +18,8 @@ from kernelwatch.analysis.changepoints import (
     detect,
     local_rank_scan,
 )
+from kernelwatch.analysis.confirm import confirm_shift
+from kernelwatch.analysis.noise import relative_noise
 from kernelwatch.analysis.synthetic import NoiseModel, make_series, with_step
 
 # The false-alarm rate docs/DETECTION.md documents for unchanged series.
@@ -313,7 +316,8 @@ def test_the_noise_floor_is_half_the_series_noise(noise):
     config = DetectorConfig()
     rng = np.random.default_rng(0)
     noisy, quiet = rng.normal(0.0, noise, 140), rng.normal(0.0, 0.002, 60)
-    sigma = detect(np.exp(np.concatenate([noisy, quiet]))).noise_pct / 100
+    sigma = relative_noise(np.concatenate([noisy, quiet]))
+    assert detect(np.exp(np.concatenate([noisy, quiet]))).noise_pct == pytest.approx(100 * sigma)
     floor = config.noise_factor * sigma
     assert floor > config.min_magnitude
     for factor, expected in ((0.8, []), (1.25, [170])):
@@ -327,3 +331,19 @@ def test_in_a_quiet_series_min_magnitude_is_the_floor():
     assert detect(y).change_points == ()
     found = detect(y, DetectorConfig(min_magnitude=0.003)).change_points
     assert [cp.index for cp in found] == [40]
+
+
+def test_the_scan_cut_keeps_confirmation_tests_off_unchanged_series(monkeypatch):
+    # The scan only nominates splits beyond its loose cut (100 x alpha); testing every local
+    # peak instead finds nothing more on an unchanged series, at many times the cost.
+    calls = []
+
+    def counted(before, after, floors):
+        calls.append(before.size + after.size)
+        return confirm_shift(before, after, floors)
+
+    monkeypatch.setattr(changepoints, "confirm_shift", counted)
+    for seed in range(5):
+        y = np.exp(np.random.default_rng(seed).normal(0.0, 0.01, 200))
+        assert detect(y).change_points == ()
+    assert calls == []
