@@ -6,8 +6,20 @@ import time
 
 import numpy as np
 import pytest
+from scipy.stats import mannwhitneyu, norm
 
-from kernelwatch.analysis.changepoints import DetectorConfig, History, append, detect
+from kernelwatch.analysis import changepoints
+from kernelwatch.analysis.changepoints import (
+    Detection,
+    DetectorConfig,
+    History,
+    _abs_deviation,
+    append,
+    detect,
+    local_rank_scan,
+)
+from kernelwatch.analysis.confirm import confirm_shift
+from kernelwatch.analysis.noise import relative_noise
 from kernelwatch.analysis.synthetic import NoiseModel, make_series, with_step
 
 # The false-alarm rate docs/DETECTION.md documents for unchanged series.
@@ -151,3 +163,187 @@ def test_a_step_under_half_the_series_noise_is_not_reported():
     assert found.change_points == ()
     without_floor = detect(y, DetectorConfig(noise_factor=0.0)).change_points
     assert [cp.index for cp in without_floor] == [170]
+
+
+def _levels(*runs: tuple[int, float], noise: float = 0.002, seed: int = 1) -> np.ndarray:
+    """Runs of (points, level) in order, with multiplicative normal noise of ``noise``."""
+    level = np.concatenate([np.full(n, value) for n, value in runs])
+    return level * np.exp(np.random.default_rng(seed).normal(0.0, noise, level.size))
+
+
+def test_rank_scan_is_the_mann_whitney_z_of_the_windows_either_side():
+    # Against scipy's normal approximation (no continuity correction) on the same two
+    # windows, including the truncated windows near both ends.
+    x = np.random.default_rng(3).normal(size=23)
+    window = 8
+    z = local_rank_scan(x, window)
+    assert z.shape == (x.size + 1,)
+    for k in range(x.size + 1):
+        before, after = x[max(0, k - window) : k], x[k : k + window]
+        if before.size == 0 or after.size == 0:
+            assert z[k] == 0.0
+            continue
+        test = mannwhitneyu(after, before, use_continuity=False, method="asymptotic")
+        expected = np.sign(test.statistic - before.size * after.size / 2) * norm.isf(
+            test.pvalue / 2
+        )
+        assert z[k] == pytest.approx(expected, rel=1e-9), k
+
+
+def test_absolute_deviation_rows_match_nanmedian():
+    rng = np.random.default_rng(4)
+    rows = rng.normal(size=(6, 9))
+    # NaNs scattered through the rows (not only at the end), leaving odd and even counts.
+    for row, missing in enumerate([0, 1, 2, 3, 4, 7]):
+        rows[row, rng.choice(9, size=missing, replace=False)] = np.nan
+    counts = np.count_nonzero(~np.isnan(rows), axis=1)
+    expected = np.nansum(np.abs(rows - np.nanmedian(rows, axis=1)[:, None]), axis=1)
+    assert _abs_deviation(rows, counts) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_step_with_min_size_points_on_one_side_is_found_at_its_index():
+    config = DetectorConfig(alpha=1e-3)
+    assert config.min_size == 6
+    at_end = _levels((41, 1.0), (6, 1.1))
+    assert [cp.index for cp in detect(at_end, config).change_points] == [41]
+    at_start = _levels((6, 1.0), (41, 1.1))
+    assert [cp.index for cp in detect(at_start, config).change_points] == [6]
+
+
+@pytest.mark.parametrize("short", [2, 3, 4, 5])
+def test_no_change_is_placed_with_fewer_than_min_size_points_on_a_side(short):
+    # A loose alpha, so a step this close to an end would pass the test if it were tried there.
+    config = DetectorConfig(alpha=0.05)
+    for y in (_levels((41, 1.0), (short, 1.1)), _levels((short, 1.0), (41, 1.1))):
+        for cp in detect(y, config).change_points:
+            assert config.min_size <= cp.index <= y.size - config.min_size
+
+
+def test_the_located_step_is_the_one_near_the_scan_peak_not_a_larger_one_further_off():
+    # The 2.5 % step at 40 scans strongest (full windows both sides); the 20 % step at 20,
+    # further than the short scale from it, fits one level either side better, but belongs
+    # to its own, weaker peak.
+    y = _levels((20, 1.0), (20, 1.2), (30, 1.23))
+    assert [cp.index for cp in detect(y).change_points] == [20, 40]
+
+
+def test_a_step_through_one_halfway_point_does_not_hide_a_later_step():
+    # The point between the levels makes the scan peak twice, at equal z, for the same step;
+    # the second nomination is skipped, not the end of the search.
+    y = _levels((40, 1.0), (1, 1.05), (39, 1.1), (20, 1.15))
+    found = [cp.index for cp in detect(y).change_points]
+    assert found in ([40, 80], [41, 80])
+
+
+@pytest.mark.parametrize("lower_is_better", [True, False])
+def test_clean_steps_have_the_exact_direction_and_magnitude(lower_is_better):
+    config = DetectorConfig(lower_is_better=lower_is_better)
+    slower = "regression" if lower_is_better else "improvement"
+    faster = "improvement" if lower_is_better else "regression"
+    [up] = detect([1.0] * 30 + [1.25] * 30, config).change_points
+    assert (up.index, up.direction) == (30, slower)
+    assert up.magnitude_pct == pytest.approx(25.0, rel=1e-12)
+    [down] = detect([1.25] * 30 + [1.0] * 30, config).change_points
+    assert (down.index, down.direction) == (30, faster)
+    assert down.magnitude_pct == pytest.approx(-20.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("lower_is_better", [True, False])
+def test_a_provisional_change_has_the_direction_and_magnitude_of_its_tail(lower_is_better):
+    config = DetectorConfig(lower_is_better=lower_is_better)
+    slower = "regression" if lower_is_better else "improvement"
+    faster = "improvement" if lower_is_better else "regression"
+    for level, direction, pct in ((1.25, slower, 25.0), (0.8, faster, -20.0)):
+        [change] = detect([1.0] * 40 + [level] * 3, config, provisional=True).change_points
+        # A faster tail may hold one slow point, so an unchanged point before it can join.
+        assert change.index in (39, 40)
+        assert (change.direction, change.provisional) == (direction, True)
+        assert change.magnitude_pct == pytest.approx(pct, rel=1e-12)
+
+
+def test_a_provisional_tail_is_judged_against_the_regime_since_the_last_change():
+    y = _levels((30, 1.0), (20, 1.1), (20, 1.0), (12, 1.1), (3, 1.2))
+    *settled, tail = detect(y, provisional=True).change_points
+    assert [(cp.index, cp.provisional) for cp in settled] == [(30, False), (50, False), (70, False)]
+    assert (tail.index, tail.direction, tail.provisional) == (82, "regression", True)
+    # 1.2 against the 1.1 since point 70, not against the 1.0 of the 30 points before the tail.
+    assert tail.magnitude_pct == pytest.approx(100 / 11, abs=1.0)
+
+
+def test_too_short_starts_below_two_regimes_of_min_size_points():
+    config = DetectorConfig()
+    short = [1.0, 1.2] * config.min_size
+    assert detect(short[:-1], config) == Detection("too_short", 2 * config.min_size - 1, 0.0, ())
+    assert detect(short, config).status == "ok"
+    history = History(config)
+    statuses = []
+    for value in [*short, 1.0]:
+        history, found = append(history, [value])
+        statuses.append(found.status)
+    assert statuses == ["too_short"] * (2 * config.min_size - 1) + ["ok", "ok"]
+
+
+def test_a_zero_time_is_refused():
+    with pytest.raises(ValueError, match="positive"):
+        detect([1.0, 0.0] * 10)
+
+
+def test_an_incremental_change_settles_once_two_windows_of_points_follow_it():
+    config = DetectorConfig()
+    y = _levels((40, 1.0), (2 * config.window, 1.1))
+    history, found = append(History(config), list(y[:-1]))
+    assert [(cp.index, cp.direction) for cp in found.change_points] == [(40, "regression")]
+    assert history.settled == ()
+    history, found = append(history, [float(y[-1])])
+    assert [cp.index for cp in history.settled] == [40]
+    assert history.settled == found.change_points
+
+
+def test_a_bulk_append_judges_a_change_with_a_full_window_before_it_in_the_tail():
+    config = DetectorConfig()
+    # 150 points keep the last 120: the tail starts at 30 and point 60 has a full window of
+    # the tail before it, so its change is judged there, not left to earlier appends.
+    y = _levels((60, 1.0), (90, 1.1))
+    history, found = append(History(config), list(y))
+    assert history.offset == y.size - 4 * config.window == 30
+    assert [cp.index for cp in found.change_points] == [60]
+
+
+@pytest.mark.parametrize("noise", [0.03, 0.04])
+def test_the_noise_floor_is_half_the_series_noise(noise):
+    # A clean step in a quiet stretch of a noisy series: just under noise_factor times the
+    # series' noise it is not reported, just over it is.
+    config = DetectorConfig()
+    rng = np.random.default_rng(0)
+    noisy, quiet = rng.normal(0.0, noise, 140), rng.normal(0.0, 0.002, 60)
+    sigma = relative_noise(np.concatenate([noisy, quiet]))
+    assert detect(np.exp(np.concatenate([noisy, quiet]))).noise_pct == pytest.approx(100 * sigma)
+    floor = config.noise_factor * sigma
+    assert floor > config.min_magnitude
+    for factor, expected in ((0.8, []), (1.25, [170])):
+        stepped = quiet + np.where(np.arange(60) >= 30, factor * floor, 0.0)
+        found = detect(np.exp(np.concatenate([noisy, stepped])), config).change_points
+        assert [cp.index for cp in found] == expected, factor
+
+
+def test_in_a_quiet_series_min_magnitude_is_the_floor():
+    y = _levels((40, 1.0), (40, 1.004), noise=0.0005)
+    assert detect(y).change_points == ()
+    found = detect(y, DetectorConfig(min_magnitude=0.003)).change_points
+    assert [cp.index for cp in found] == [40]
+
+
+def test_the_scan_cut_keeps_confirmation_tests_off_unchanged_series(monkeypatch):
+    # The scan only nominates splits beyond its loose cut (100 x alpha); testing every local
+    # peak instead finds nothing more on an unchanged series, at many times the cost.
+    calls = []
+
+    def counted(before, after, floors):
+        calls.append(before.size + after.size)
+        return confirm_shift(before, after, floors)
+
+    monkeypatch.setattr(changepoints, "confirm_shift", counted)
+    for seed in range(5):
+        y = np.exp(np.random.default_rng(seed).normal(0.0, 0.01, 200))
+        assert detect(y).change_points == ()
+    assert calls == []
