@@ -142,6 +142,16 @@ def test_a_step_against_the_drift_is_not_reported_in_the_drifts_direction():
     assert not conf.confirmed
 
 
+def test_medians_and_ranks_that_disagree_are_no_change():
+    # The after median is one higher, but most after values are lower (Cliff's delta -0.35,
+    # p about 1e-5): the sides differ in shape, not in level.
+    before = np.repeat([5.0, 9.0], [80, 60])
+    after = np.repeat([6.0, 0.0], [80, 60])
+    conf = confirm_shift(before, after, Floors())
+    assert conf.shift == 1.0 and conf.effect < -0.3 and conf.p_value < 1e-3
+    assert not conf.confirmed
+
+
 @pytest.mark.parametrize(
     ("before", "after", "slope"),
     [
@@ -156,6 +166,9 @@ def test_drift_slope_is_the_median_pair_slope_within_each_side(before, after, sl
     assert drift_slope(np.array(before), np.array(after)) == pytest.approx(slope, rel=1e-12)
 
 
+STEPS = [1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06]
+
+
 @pytest.mark.parametrize(
     ("values", "kept"),
     [
@@ -163,10 +176,15 @@ def test_drift_slope_is_the_median_pair_slope_within_each_side(before, after, sl
         ([1.0, 2.0, 1.01], [1.0, 2.0, 1.01]),  # three are not
         ([1.0, 1.0, 1.0, 1.0, 1.0, 1.5, 2.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.5, 2.0]),  # no spread
         ([1.0, 1.02, 1.01, 1.03, 1.3, 1.04, 1.02], [1.0, 1.02, 1.01, 1.03, 1.04, 1.02]),
+        # Median 1.035, lower-half sigma 0.0239: 1.12 is 3.5 sigmas out.
+        ([1.12, *STEPS], STEPS),
+        # Median 2, lower-half sigma 1: 5 is exactly 3 sigmas out.
+        ([1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 5.0], [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 5.0]),
     ],
 )
 def test_trim_slow_tail_drops_only_points_far_on_the_slow_side(values, kept):
-    # A fast half of equal values (a quantised timer) has no spread to measure a tail by.
+    # A fast half of equal values (a quantised timer) has no spread to measure a tail by;
+    # a point exactly k sigmas out is not "more than" k.
     assert trim_slow_tail(np.array(values)).tolist() == kept
 
 
