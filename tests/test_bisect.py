@@ -244,7 +244,8 @@ def test_a_commit_that_cannot_be_measured_is_skipped():
     outcome = bisect(commits, script, budget_s=100)
     assert (outcome.status, outcome.culprit) == ("found", commits[6])
     assert outcome.steps[1].judgement == "skip" and outcome.steps[1].errors
-    assert script.calls[2][0] in (commits[3], commits[5])  # next nearest the middle
+    # Next nearest the middle: of 3 and 5, the older.
+    assert script.calls[2][0] == commits[3]
 
 
 def test_only_skipped_commits_left_is_inconclusive_with_their_range():
@@ -421,6 +422,14 @@ def test_thresholds_carry_the_bad_fraction_of_each_slower_cases_slowdown():
 )
 def test_judge_on_the_marks(verdicts, marks, judgement):
     assert judge(Probe(verdicts, 1.0), marks) == judgement
+
+
+def test_judge_counts_every_case_of_a_wide_regression():
+    # A toolchain change can slow every case of a large suite down at once.
+    marks = {f"case{i}": 1.5 for i in range(300)}
+    assert judge(Probe(dict.fromkeys(marks, SAME), 1.0), marks) == "good"
+    one_unsure = dict.fromkeys(marks, SAME) | {"case7": AMBIGUOUS}
+    assert judge(Probe(one_unsure, 1.0), marks) == "ambiguous"
 
 
 def test_judge_skips_a_case_that_errored():
