@@ -92,13 +92,14 @@ AA_EDGES = [
 
 
 def test_the_a_a_line_quotes_its_counts_and_target_and_each_odd_case():
-    finding = _finding("aa", _aa(["SAME"] * 197 + ["SLOWER", "AMBIGUOUS"], planned=250))
+    finding = _finding("aa", _aa(["SAME"] * 196 + ["SLOWER", "FASTER", "AMBIGUOUS"], planned=250))
     assert finding.line == (
-        "2/199 (1.0%) verdicts other than SAME (1 SLOWER/FASTER) over 199 of 250 cases; "
+        "3/199 (1.5%) verdicts other than SAME (2 SLOWER/FASTER) over 199 of 250 cases; "
         "target <= 0.5%"
     )
     assert finding.details == (
-        "k n=197: SLOWER (B/A 1.0123, 95% CI 1.0050-1.0200)",
+        "k n=196: SLOWER (B/A 1.0123, 95% CI 1.0050-1.0200)",
+        "k n=197: FASTER (B/A 1.0123, 95% CI 1.0050-1.0200)",
         "k n=198: AMBIGUOUS (B/A 1.0123, 95% CI 1.0050-1.0200)",
     )
     errored = _finding("aa", _aa(["SAME", "SAME"], errors=1))
