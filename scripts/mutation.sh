@@ -42,7 +42,7 @@ declare -A TESTS=(
   [harness/timing/sampling.py]="tests/test_sampling.py"
   [harness/timing/telemetry.py]="tests/test_telemetry.py"
   [flows/detection.py]="tests/test_regressions.py"
-  [flows/notify.py]="tests/test_alerts.py tests/test_security_secrets.py tests/test_flows_cli.py::test_notifications_reach_webhooks_and_slack tests/test_flows_cli.py::test_an_unreachable_target_is_reported_not_fatal"
+  [flows/notify.py]="tests/test_notify.py tests/test_alerts.py tests/test_security_secrets.py tests/test_flows_cli.py::test_notifications_reach_webhooks_and_slack tests/test_flows_cli.py::test_an_unreachable_target_is_reported_not_fatal"
 )
 
 # Mutants left out: every `|` here but two set unions in analysis/triage_rules.py is a type
