@@ -41,7 +41,7 @@ declare -A TESTS=(
   [harness/correctness.py]="tests/test_correctness.py"
   [harness/timing/sampling.py]="tests/test_sampling.py"
   [harness/timing/telemetry.py]="tests/test_telemetry.py"
-  [flows/detection.py]="tests/test_regressions.py"
+  [flows/detection.py]="tests/test_detection_plan.py tests/test_regressions.py"
   [flows/notify.py]="tests/test_notify.py tests/test_alerts.py tests/test_security_secrets.py tests/test_flows_cli.py::test_notifications_reach_webhooks_and_slack tests/test_flows_cli.py::test_an_unreachable_target_is_reported_not_fatal"
 )
 
