@@ -3,8 +3,9 @@
 One announcer per regression: when ``[notifications] announcer`` is ``flow`` the nightly
 sends these messages the moment it finishes, with the culprit when bisection found one, and
 Grafana's rule set has no announcement rule (dashboards/alert_rules.py); when it is
-``grafana`` the nightly sends nothing. A target that cannot be reached is reported, never
-fatal: the regression is already stored and on the dashboards.
+``grafana`` the nightly sends nothing. A target that cannot be reached (each post waits ten
+seconds at most) is reported, never fatal: the regression is already stored and on the
+dashboards.
 """
 
 from __future__ import annotations

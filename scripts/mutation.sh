@@ -100,12 +100,25 @@ if ! git diff --quiet -- "${modules[@]}"; then
 fi
 mkdir -p "$out"
 
+# The store tests of every mutant share one PostgreSQL (tests/conftest.py's pg_server), left
+# running for the whole run: starting one per mutant cost about 30 s of each.
+pg_root="$(mktemp -d /tmp/kw-mut-pg.XXXXXX)"
+pg() {
+  "$venv/bin/python" -c 'import sys
+from pathlib import Path
+from kernelwatch.store.embedded import EmbeddedServer
+server = EmbeddedServer(Path(sys.argv[1]))
+server.ensure_running() if sys.argv[2] == "start" else server.stop(mode="immediate")' "$pg_root" "$1"
+}
+export KERNELWATCH_TEST_PG_ROOT="$pg_root"
+
 # Each mutant's tests run in a fork of one warm interpreter (scripts/pytest_forkserver.py):
 # a fresh one per mutant spends most of its time importing torch.
 socket="$out/forkserver.$$.sock"
 "$venv/bin/python" "$root/scripts/pytest_forkserver.py" serve "$socket" &
 server=$!
-trap 'kill "$server" 2>/dev/null; git checkout -- "${modules[@]}"' EXIT
+trap 'kill "$server" 2>/dev/null; pg stop; rm -rf "$pg_root"; git checkout -- "${modules[@]}"' EXIT
+pg start
 for _ in $(seq 100); do [[ -S "$socket" ]] && break; sleep 0.2; done
 [[ -S "$socket" ]] || { echo "mutation: the pytest fork server did not start" >&2; exit 2; }
 warm=("$venv/bin/python" "$root/scripts/pytest_forkserver.py" run "$socket")

@@ -75,16 +75,23 @@ def prefect_harness():
 def pg_server():
     """A real PostgreSQL for the store tests, started by the product's embedded-server code in
     a temporary directory (under /tmp, so that as root the server's user can reach it), and
-    stopped at the end of the session."""
+    stopped at the end of the session.
+
+    ``KERNELWATCH_TEST_PG_ROOT`` names a server's directory to use instead and leave running:
+    ``scripts/mutation.sh`` runs a pytest session per mutant and would otherwise spend most
+    of each on starting PostgreSQL."""
     from kernelwatch.store import migrate
     from kernelwatch.store.embedded import EmbeddedServer
 
-    server = EmbeddedServer(Path(tempfile.mkdtemp(prefix="kw-pg-", dir="/tmp")))
+    shared = os.environ.get("KERNELWATCH_TEST_PG_ROOT")
+    root = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="kw-pg-", dir="/tmp"))
+    server = EmbeddedServer(root)
     server.ensure_running()
     migrate.upgrade(server.url())
     yield server
-    server.stop(mode="immediate")  # its data is deleted next: no checkpoint needed
-    shutil.rmtree(server.root, ignore_errors=True)
+    if not shared:
+        server.stop(mode="immediate")  # its data is deleted next: no checkpoint needed
+        shutil.rmtree(server.root, ignore_errors=True)
 
 
 @pytest.fixture

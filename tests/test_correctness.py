@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
 import torch
 from planted.broken_suite import launch_scale
 
-from kernelwatch.harness.correctness import SENTINEL, case_seed, check_case, compare
-from kernelwatch.harness.records import CaseId
+from kernelwatch.harness.correctness import SENTINEL, case_seed, check_case, compare, poisons
+from kernelwatch.harness.records import CaseId, LaunchConfig
 from kernelwatch.harness.spec import KernelSpec, Suite
 from kernelwatch.harness.suite import SuiteRef, load_suite
 
@@ -60,13 +63,14 @@ def test_error_keeps_the_traceback(planted, device):
     assert "Traceback" in result.detail and "_raises" in result.detail
 
 
-def test_constant_inputs_are_rejected(planted, device):
+@pytest.mark.parametrize("n", [2, 8])
+def test_constant_inputs_are_rejected(planted, device, n):
     good = planted.kernel("good")
     constant = KernelSpec(
         **{
             **good.__dict__,
             "name": "constant",
-            "make_inputs": lambda p, dtype, dev, gen: {"x": torch.ones(8, dtype=dtype)},
+            "make_inputs": lambda p, dtype, dev, gen: {"x": torch.ones(n, dtype=dtype)},
         }
     )
     result = check_case(constant, "planted", "smoke", {"n": 8}, "fp32", device)
@@ -151,3 +155,183 @@ def test_case_seeds_differ_per_case_and_repeat_per_seed():
     b = CaseId("s", "k", "smoke", {"n": 2}, "fp32")
     assert case_seed(0, a) == case_seed(0, a)
     assert len({case_seed(0, a), case_seed(0, b), case_seed(1, a)}) == 3
+
+
+def test_a_case_seed_is_the_same_on_every_version():
+    # A stored result names its run seed; reproducing its inputs later, on a newer
+    # kernelwatch, needs the same per-case seed: a non-negative 63-bit integer.
+    case = CaseId("builtin", "gemm", "smoke", {"m": 64, "n": 64, "k": 64}, "fp16")
+    assert case_seed(0, case) == 4778208440657926647
+    assert case_seed(1, case) == 1409157300042061856  # its hash's top bit cleared
+
+
+def _launches(first: list[float], second: list[float], dtype=torch.float32):
+    return {"y": torch.tensor(first, dtype=dtype)}, {"y": torch.tensor(second, dtype=dtype)}
+
+
+def test_a_nan_the_kernel_computed_is_not_a_hole_whatever_the_second_launch_holds():
+    # Launch one wrote NaN at elements 1 and 2; launch two wrote real values there, 0.0 and
+    # one below the sentinel. Only an element holding both poisons was never written.
+    first, second = _launches([1.0, float("nan"), float("nan"), 4.0], [1.0, 0.0, -1e4, 4.0])
+    ref = {"y": torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)}
+    result = compare(first, second, ref, tolerance=1e-5)
+    assert (result.nonfinite, result.unwritten) == (2, 0)
+    assert result.failures == ("2 of 4 elements of 'y' are NaN/Inf",)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16])
+def test_integer_outputs_must_match_exactly_and_their_holes_are_found(dtype):
+    ref = {"y": torch.arange(8, dtype=torch.float64)}
+    exact = {"y": torch.arange(8, dtype=dtype)}
+    assert compare(exact, exact, ref, tolerance=0.5).failures == ()
+    off = torch.arange(8, dtype=dtype)
+    off[2] += 1
+    off[5] -= 1
+    result = compare({"y": off}, {"y": off.clone()}, ref, tolerance=0.5)
+    assert result.failures == (
+        "2 of 8 elements of 'y' differ from the reference (first at index (2,)); "
+        "integer outputs must match exactly",
+    )
+    unwritten_first, unwritten_second = (p.item() for p in poisons(dtype))
+    first, second = torch.arange(8, dtype=dtype), torch.arange(8, dtype=dtype)
+    first[6:], second[6:] = unwritten_first, unwritten_second
+    holes = compare({"y": first}, {"y": second}, ref, tolerance=0.5)
+    assert (holes.unwritten, holes.nonfinite) == (2, 0)
+    assert holes.failures[0].startswith(
+        "2 of 8 elements of 'y' never written (first at index (6,))"
+    )
+
+
+def test_launches_are_compared_bit_for_bit_so_a_sign_of_zero_counts():
+    # -0.0 == 0.0 as numbers; a kernel whose reduction order changes the sign of a zero is
+    # still not deterministic.
+    first, second = _launches([1.0, -0.0], [1.0, 0.0])
+    ref = {"y": torch.tensor([1.0, 0.0], dtype=torch.float64)}
+    assert compare(first, second, ref, tolerance=1e-5).differing == 1
+
+
+def test_fp8_outputs_are_compared_through_fp32():
+    ref = {"y": torch.tensor([0.5, -1.0, 448.0, 2.0], dtype=torch.float64)}
+    out = {"y": ref["y"].to(torch.float8_e4m3fn)}
+    result = compare(out, {"y": out["y"].clone()}, ref, tolerance=1e-3)
+    assert (result.rel_error, result.failures, result.differing) == (0.0, (), 0)
+    nan = out["y"].clone()
+    nan[1] = float("nan")
+    assert compare({"y": nan}, {"y": nan.clone()}, ref, 1e-3).nonfinite == 1
+
+
+def test_fp64_outputs_keep_their_precision():
+    ref = {"y": torch.tensor([1.0 + 1e-12, 3.0], dtype=torch.float64)}
+    result = compare(ref, {"y": ref["y"].clone()}, ref, tolerance=1e-14)
+    assert (result.rel_error, result.max_abs_error, result.failures) == (0.0, 0.0, ())
+
+
+def test_the_worst_absolute_error_is_reported_as_measured():
+    ref = {"y": torch.tensor([1.0, 2.0], dtype=torch.float64)}
+    out = {"y": torch.tensor([1.0, 2.25])}
+    assert compare(out, out, ref, tolerance=1.0).max_abs_error == 0.25
+
+
+def test_an_empty_output_agrees_with_an_empty_reference():
+    # A MoE expert that received no tokens has a (0, hidden) output.
+    empty = {"y": torch.empty(0, 4)}
+    result = compare(empty, empty, {"y": torch.empty(0, 4, dtype=torch.float64)}, 1e-5)
+    assert (result.rel_error, result.max_abs_error, result.failures) == (0.0, 0.0, ())
+
+
+def test_every_output_is_judged_when_an_earlier_one_has_nan():
+    ref = {"a": torch.ones(2, dtype=torch.float64), "b": torch.ones(2, dtype=torch.float64)}
+    first = {"a": torch.tensor([1.0, float("nan")]), "b": torch.tensor([1.0, 5.0])}
+    result = compare(first, {k: v.clone() for k, v in first.items()}, ref, tolerance=1e-5)
+    assert len(result.failures) == 2
+    assert "'b' relative error" in result.failures[1]
+
+
+@pytest.mark.parametrize("out_shape", [(4,), (2,), (3, 1)])
+def test_an_output_of_another_shape_than_the_reference_is_refused(out_shape):
+    out = {"y": torch.zeros(out_shape)}
+    with pytest.raises(ValueError, match=r"output 'y' has shape .*, reference has \(3,\)"):
+        compare(out, out, {"y": torch.zeros(3, dtype=torch.float64)}, 1e-5)
+
+
+def test_the_reference_sees_float64_and_scalars_and_integer_inputs_pass_the_random_check(
+    planted, device
+):
+    # One-element floats (a scale) and constant integer tensors (offsets, all zero at
+    # first) are legitimate inputs; only a constant float tensor is refused.
+    good = planted.kernel("good")
+    seen = {}
+
+    def make_inputs(p, dtype, dev, gen):
+        return {
+            "x": torch.randn(int(p["n"]), generator=gen, device=dev).to(dtype),
+            "scale": torch.tensor([2.0], dtype=dtype),
+            "offsets": torch.zeros(4, dtype=torch.int64),
+            "n": int(p["n"]),
+        }
+
+    def reference(t, p):
+        seen.update({name: getattr(v, "dtype", type(v)) for name, v in t.items()})
+        return {"y": t["scale"] * t["x"]}
+
+    spec = KernelSpec(**{**good.__dict__, "make_inputs": make_inputs, "reference": reference})
+    result = check_case(spec, "planted", "smoke", {"n": 70}, "fp16", device)
+    assert result.verdict == "pass", result.reason
+    assert seen == {
+        "x": torch.float64,
+        "scale": torch.float64,
+        "offsets": torch.int64,
+        "n": int,
+    }
+
+
+def _echo_config(t, o, p, cfg):
+    launch_scale(t["x"], o["y"], 2.0)
+    return cfg or LaunchConfig({"BLOCK": 32})
+
+
+@pytest.mark.parametrize(
+    ("pin", "can_autotune", "verified"),
+    [
+        (LaunchConfig({"BLOCK": 16}), False, LaunchConfig({"BLOCK": 16})),
+        (LaunchConfig({"BLOCK": 16}), True, LaunchConfig({"BLOCK": 16})),
+        (None, False, LaunchConfig({"BLOCK": 8})),
+        (None, True, LaunchConfig({"BLOCK": 32})),
+    ],
+)
+def test_the_config_verified_is_the_pin_else_the_kernels_own_or_its_fixed_one(
+    planted, device, pin, can_autotune, verified
+):
+    # A pin file's config is verified whatever the device; without one, a device that
+    # can autotune lets the kernel choose and one that cannot runs the spec's fixed config.
+    spec = KernelSpec(
+        **{
+            **planted.kernel("good").__dict__,
+            "launch": _echo_config,
+            "pinned_config": LaunchConfig({"BLOCK": 8}),
+        }
+    )
+    tuned = dataclasses.replace(device, can_autotune=can_autotune)
+    result = check_case(spec, "planted", "smoke", {"n": 70}, "fp32", tuned, pin=pin)
+    assert result.verdict == "pass", result.reason
+    assert result.config == verified
+
+
+def _raises_at_length(t, o, p, cfg):
+    raise RuntimeError("first line of the failure\n" + "x" * 10_000)
+
+
+def test_an_error_keeps_its_first_line_and_the_end_of_a_long_traceback(planted, device):
+    spec = KernelSpec(**{**planted.kernel("good").__dict__, "launch": _raises_at_length})
+    result = check_case(spec, "planted", "smoke", {"n": 70}, "fp32", device)
+    assert result.reason == "RuntimeError: first line of the failure"
+    assert len(result.detail) == 4000 and result.detail.endswith("x" * 100 + "\n")
+
+
+@pytest.mark.parametrize("kernel", ["good", "raises"])
+def test_a_checks_duration_is_the_time_it_took(planted, device, kernel):
+    start = time.perf_counter()
+    result = _check(planted, kernel, device)
+    took = time.perf_counter() - start
+    assert 0.0 < result.duration_s <= took
+    assert result.seed == 0  # the run seed when none is given

@@ -4,23 +4,40 @@ drafts; a change it has stored already is not found again."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
 from kernelwatch.analysis.thresholds import Thresholds
+from kernelwatch.analysis.triage_rules import Triage
 from kernelwatch.flows.detection import SAME_CHANGE_POINTS, plan
+from kernelwatch.store.findings import OpenMember
 from kernelwatch.store.series_history import StoredRun, StoredSeries
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 STEP_AT = 40
 
 
-def _series(n: int = 60, series_id: int = 1) -> StoredSeries:
-    """A nightly series with a 10 % slowdown at point 40; the config flips there too. Each
-    night's samples are noisy, so each window of nights has a median of its own."""
+def _series(
+    n: int = 60,
+    series_id: int = 1,
+    flip_at: int = STEP_AT,
+    back_at: int | None = None,
+    step_at: int = STEP_AT,
+) -> StoredSeries:
+    """A nightly series of commits 1000, 1001, ... with a 10 % slowdown at ``step_at`` and
+    the config flipped at ``flip_at``; from ``back_at`` on, a revert that lands 3 % above
+    the old level. Each night's samples are noisy, so each window of nights has a median of
+    its own."""
     rng = np.random.default_rng(series_id)
+
+    def level(i: int) -> float:
+        if back_at is not None and i >= back_at:
+            return 1.03
+        return 1.1 if i >= step_at else 1.0
+
     runs = tuple(
         StoredRun(
             measurement_id=100 + i,
@@ -28,11 +45,9 @@ def _series(n: int = 60, series_id: int = 1) -> StoredSeries:
             commit_id=1000 + i,
             commit_sha=f"{i:040x}",
             measured_at=START + timedelta(days=i),
-            config="BLOCK=64" if i < STEP_AT else "BLOCK=128",
+            config="BLOCK=64" if i < flip_at else "BLOCK=128",
             status="ok",
-            samples_ns=tuple(
-                1e5 * (1.1 if i >= STEP_AT else 1.0) * np.exp(rng.normal(0, 0.01, 30))
-            ),
+            samples_ns=tuple(1e5 * level(i) * np.exp(rng.normal(0, 0.01, 30))),
             throttled=(),
             sm_clock_mhz=(),
         )
@@ -83,3 +98,56 @@ def test_a_change_within_three_points_of_a_stored_one_is_the_same_change(stored_
 def test_a_series_too_short_to_judge_is_counted_not_searched():
     decided = plan([_series(n=5)], {}, [], Thresholds())
     assert (decided.too_short, decided.found, decided.alerts) == (1, (), ())
+
+
+def test_a_config_flip_the_night_before_the_change_is_not_blamed():
+    # The autotuner picked another config a night before the slowdown: the night of the
+    # change ran the same config as the night before it, so the code is the suspect.
+    [found] = plan([_series(flip_at=STEP_AT - 1)], {}, [], Thresholds()).found
+    assert found.change.index == STEP_AT
+    assert found.cause != "autotune"
+
+
+def test_a_commit_measured_again_later_keeps_the_position_of_its_first_measurement():
+    # Two series slow down a night apart, so the alert's range is the median of their
+    # ranges' ends, in commit order. A third series measures one of those commits again
+    # weeks later (a re-run): the commit's place in that order is still where nightly
+    # history first met it, so the range is the same as without the re-run.
+    first, second = _series(series_id=1), _series(series_id=2, step_at=STEP_AT + 1)
+    old = first.runs[STEP_AT + 2]
+    rerun = dataclasses.replace(
+        old, measurement_id=900, run_pk=900, measured_at=START + timedelta(days=100)
+    )
+    other = StoredSeries(3, "s3", "norm", {"n": 8}, "fp16", "H100", (rerun,))
+    [draft] = plan([first, second, other], {}, [], Thresholds()).alerts
+    assert draft.members == (0, 1)
+    assert (draft.good_commit_id, draft.bad_commit_id) == (1000 + STEP_AT - 3, 1000 + STEP_AT + 3)
+
+
+def _open_member(series: StoredSeries, rel_change: float = 0.1) -> OpenMember:
+    return OpenMember(
+        regression_id=7,
+        triage=Triage(),
+        series_id=series.series_id,
+        measurement_id=series.runs[STEP_AT].measurement_id,
+        rel_change=rel_change,
+    )
+
+
+def test_a_revert_close_to_the_old_level_closes_the_open_regression():
+    # Back to 3 % above the old level after a 10 % slowdown: within half the change's size
+    # (analysis/triage_rules.recovery_index), so the regression closes as fixed.
+    series = _series(back_at=50)
+    [(regression_id, after)] = plan([series], {}, [_open_member(series)], Thresholds()).closes
+    assert (regression_id, after.state) == (7, "fixed")
+
+
+def test_a_regression_whose_series_stayed_slow_stays_open():
+    series = _series()
+    assert plan([series], {}, [_open_member(series)], Thresholds()).closes == ()
+
+
+def test_a_found_change_is_immutable():
+    [found] = plan([_series()], {}, [], Thresholds()).found
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.cause = "code"  # type: ignore[misc]

@@ -6,7 +6,16 @@ import dataclasses
 
 import pytest
 
-from kernelwatch.flows.notify import RegressionNotice, bisect_command, slack_text
+from kernelwatch.config.settings import Notifications
+from kernelwatch.flows import notify
+from kernelwatch.flows.notify import (
+    RegressionNotice,
+    ResolvedNotice,
+    bisect_command,
+    send,
+    send_resolved,
+    slack_text,
+)
 
 NOTICE = RegressionNotice(
     regression_id=7,
@@ -55,3 +64,22 @@ def test_an_unknown_end_of_the_range_is_a_question_mark():
 def test_a_notice_cannot_be_changed_after_it_is_made():
     with pytest.raises(dataclasses.FrozenInstanceError):
         NOTICE.title = "other"  # type: ignore[misc]
+
+
+def test_an_unreachable_target_holds_the_nightly_ten_seconds_at_most(monkeypatch):
+    # Announcements go out after the night's results are stored; a target that does not
+    # answer holds the run ten seconds a post, no longer (flows/notify.py's module note).
+    waits = []
+
+    def urlopen(request, timeout):
+        waits.append(timeout)
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(notify.urllib.request, "urlopen", urlopen)
+    targets = Notifications(
+        webhooks=("https://hooks.invalid/w",), slack=("https://hooks.invalid/s",)
+    )
+    resolved = ResolvedNotice(7, "kernels", NOTICE.title, "fixed", "ana")
+    problems = send([NOTICE], targets) + send_resolved(resolved, targets)
+    assert waits == [10.0] * 4
+    assert len(problems) == 4

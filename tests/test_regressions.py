@@ -14,7 +14,7 @@ import pytest
 from factories import REPOSITORY, commit, measurement, run, run_info
 
 from kernelwatch.analysis.thresholds import Thresholds
-from kernelwatch.flows.detection import detect_and_alert
+from kernelwatch.flows.detection import PassReport, detect_and_alert
 from kernelwatch.harness.records import CaseId
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
@@ -53,6 +53,12 @@ def _ingest(url: str, runs: list[Run]) -> None:
 def _detect(url: str):
     with psycopg.connect(url) as conn:
         return detect_and_alert(conn, REPOSITORY, Thresholds())
+
+
+def test_a_repository_with_no_stored_history_is_an_empty_pass(store_url):
+    with psycopg.connect(store_url) as conn:
+        report = detect_and_alert(conn, "never-measured", Thresholds())
+    assert report == PassReport(series=0, too_short=0, change_points=0, opened=(), closed=())
 
 
 @pytest.fixture
