@@ -4,10 +4,13 @@ replays modelled."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from fakegpu import FakeGpu
 
-from kernelwatch.harness.timing.sampling import RESOLUTION, StopRule
+from kernelwatch.harness.timing.request import BenchOptions
+from kernelwatch.harness.timing.sampling import RESOLUTION
 from kernelwatch.harness.timing.telemetry import NullProbe
 from kernelwatch.harness.timing.timers import (
     COLD,
@@ -80,7 +83,7 @@ def test_a_host_hiccup_is_retaken_and_the_backlog_shrinks_again(gpu):
 
 def test_a_microsecond_kernel_on_events_stops_at_the_resolution_not_converged(gpu):
     gpu.warm()
-    rule = StopRule(min_samples=10, min_time_s=0.0, target_rel_ci=0.005, budget_s=0.05)
+    rule = replace(BenchOptions().resolved("cuda").rule, min_time_s=0.0, budget_s=0.05)
     collected, _ = time_arms(
         [gpu.kernel(1_200.0)], timer(gpu, COLD), NullProbe(), rule, 0.0, gpu.monotonic, gpu.sleep
     )

@@ -4,32 +4,39 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy.stats import binom
 
+from kernelwatch.harness.timing import sampling
+from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.sampling import (
     BUDGET,
     CONVERGED,
     RESOLUTION,
     TIMEOUT,
     Sample,
-    StopRule,
     ci_rank,
     collect,
     median_ci,
     quantum,
+    rel_ci_halfwidth,
     summarize,
+    summarize_collected,
     warm_up,
 )
+
+#: The GPU's stopping rule as the product resolves it; each test changes what it exercises.
+GPU_RULE = BenchOptions().resolved("cuda").rule
 
 
 class FakeClock:
     """Wall time that advances only when a synthetic sample is taken."""
 
-    def __init__(self) -> None:
-        self.now = 0.0
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
@@ -80,7 +87,7 @@ def test_ci_coverage_holds_empirically_on_skewed_data():
 
 def test_converges_on_quiet_samples_after_minimums():
     clock = FakeClock()
-    rule = StopRule(min_samples=10, min_time_s=0.001, target_rel_ci=0.005, budget_s=10)
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.001, target_rel_ci=0.005, budget_s=10)
     quiet = [1_000_000.0 + d for d in (0, 1, -1, 2, -2)]
     result = collect([sampler(clock, quiet)], rule, clock, pause=lambda s: None)
     assert result.stop == CONVERGED
@@ -91,7 +98,7 @@ def test_converges_on_quiet_samples_after_minimums():
 
 def test_min_time_keeps_sampling_past_min_samples():
     clock = FakeClock()
-    rule = StopRule(min_samples=10, min_time_s=0.1, budget_s=10)
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.1, budget_s=10)
     result = collect([sampler(clock, [1_000_000.0])], rule, clock, pause=lambda s: None)
     assert result.stop == CONVERGED
     assert len(result.arms[0]) == 100  # 100 x 1 ms reaches 0.1 s
@@ -99,7 +106,7 @@ def test_min_time_keeps_sampling_past_min_samples():
 
 def test_noisy_samples_stop_at_the_budget_with_every_raw_sample_kept():
     clock = FakeClock()
-    rule = StopRule(min_samples=10, min_time_s=0.0, target_rel_ci=0.005, budget_s=0.05)
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, target_rel_ci=0.005, budget_s=0.05)
     noisy = [1e6, 2e6, 3e6, 1.5e6, 2.5e6]
     result = collect([sampler(clock, noisy)], rule, clock, pause=lambda s: None)
     assert result.stop == BUDGET
@@ -110,7 +117,7 @@ def test_noisy_samples_stop_at_the_budget_with_every_raw_sample_kept():
 def test_throttled_samples_are_kept_flagged_and_left_out():
     clock = FakeClock()
     pauses = []
-    rule = StopRule(min_samples=10, min_time_s=0.0, budget_s=10, throttle_pause_s=0.05)
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, budget_s=10, throttle_pause_s=0.05)
     # every third sample throttled, and much slower
     times = [1e6, 1e6, 9e6]
     result = collect(
@@ -126,7 +133,7 @@ def test_throttled_samples_are_kept_flagged_and_left_out():
 
 def test_throttling_that_never_stops_ends_at_the_timeout():
     clock = FakeClock()
-    rule = StopRule(min_samples=10, min_time_s=0.0, budget_s=0.01, timeout_s=0.05)
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, budget_s=0.01, timeout_s=0.05)
     result = collect(
         [sampler(clock, [1e6], throttled=lambda i: i % 10 != 0)], rule, clock, lambda s: None
     )
@@ -146,7 +153,7 @@ def test_warm_up_runs_by_time():
 
 def test_collect_refuses_no_arms():
     with pytest.raises(ValueError, match="at least one arm"):
-        collect([], StopRule())
+        collect([], GPU_RULE)
 
 
 def test_two_arms_alternate_and_both_sample_sets_come_back():
@@ -161,7 +168,7 @@ def test_two_arms_alternate_and_both_sample_sets_come_back():
 
         return sample
 
-    rule = StopRule(min_samples=10, min_time_s=0.0, budget_s=10)
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, budget_s=10)
     result = collect([arm("A", 1e6), arm("B", 1.2e6)], rule, lambda: clock[0], lambda s: None)
     assert order == ["A", "B"] * 10  # A B A B ...: drift hits both alike
     a, b = result.arms
@@ -181,7 +188,7 @@ def test_a_noisy_arm_keeps_both_arms_sampling_to_the_budget():
         clock[0] += 1e-3
         return Sample(1e6 * next(noise))
 
-    rule = StopRule(min_samples=10, min_time_s=0.0, budget_s=0.1)
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, budget_s=0.1)
     result = collect([quiet, noisy], rule, lambda: clock[0], lambda s: None)
     a, b = result.arms
     assert result.stop == BUDGET and len(a) == len(b) == 50  # 0.1 s of 2 ms rounds
@@ -193,7 +200,7 @@ def test_quantised_samples_are_never_reported_converged():
     step either side and the stop says the resolution, not the noise, bounds it."""
     clock = FakeClock()
     times = [1000.0] * 9 + [1500.0]
-    rule = StopRule(min_samples=10, min_time_s=0.0, target_rel_ci=0.005, budget_s=0.01)
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, target_rel_ci=0.005, budget_s=0.01)
     result = collect([sampler(clock, times)], rule, clock, lambda s: None, resolution_ns=500.0)
     assert result.stop == RESOLUTION
     assert len(result.arms[0]) == 10  # more samples would not narrow it: no budget wasted
@@ -211,3 +218,96 @@ def test_all_equal_samples_take_the_timer_resolution_as_their_step():
     assert (summary.ci_low_ns, summary.ci_high_ns) == (1750.0, 2250.0)
     # continuous-looking samples are left alone
     assert quantum([1000.0 + i for i in range(10)], 500.0) == 0.0
+
+
+def test_the_ci_is_checked_every_round_to_twenty_then_a_tenth_later_each_time(monkeypatch):
+    # The CI needs a sort: checking it on a geometric schedule keeps a long run O(n log n),
+    # and checking every round up to twenty stops a quiet kernel at its first chance.
+    checked: list[int] = []
+
+    def never_settled(arms, *_):
+        checked.append(len(arms[0]))
+
+    monkeypatch.setattr(sampling, "_settled", never_settled)
+    clock = FakeClock()
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, budget_s=0.2)
+    result = collect([sampler(clock, [1e6])], rule, clock, lambda s: None)
+    expected, due = [], 10
+    while due < 200:
+        expected.append(due)
+        due += max(1, due // 10)
+    assert expected[:12] == [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22]
+    assert checked == [*expected, 200]  # and once more when the budget runs out
+    assert result.stop == BUDGET
+
+
+def test_the_budget_counts_from_the_first_sample_not_the_clocks_epoch():
+    clock = FakeClock(now=5_000.0)  # a monotonic clock reads seconds since boot
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, budget_s=1.0)
+    result = collect([sampler(clock, [1e6])], rule, clock, lambda s: None)
+    assert (result.stop, len(result.arms[0])) == (CONVERGED, 10)
+    assert result.elapsed_s == pytest.approx(0.01)
+
+
+def test_the_budget_is_spent_when_the_elapsed_time_reaches_it():
+    # A clock that advances a whole second per sample meets the budget exactly.
+    clock = FakeClock()
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, budget_s=12.0)
+    noisy = [1e9, 2e9, 0.5e9]
+    ticks = itertools.cycle(noisy)
+
+    def whole_seconds() -> Sample:
+        clock.now += 1.0
+        return Sample(next(ticks))
+
+    result = collect([whole_seconds], rule, clock, lambda s: None)
+    assert (result.stop, len(result.arms[0])) == (BUDGET, 12)
+
+
+def test_no_pause_after_a_throttled_sample_when_the_pause_is_zero():
+    clock, pauses = FakeClock(), []
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, throttle_pause_s=0.0)
+    collect([sampler(clock, [1e6], throttled=lambda i: i % 2 == 0)], rule, clock, pauses.append)
+    assert pauses == []
+
+
+def test_equal_samples_with_no_stated_resolution_converge():
+    # Nothing says the timer is quantised: twenty equal 50 ns readings are a settled median.
+    clock = FakeClock()
+    rule = replace(GPU_RULE, min_samples=20, min_time_s=0.0)
+    result = collect([sampler(clock, [50.0])], rule, clock, lambda s: None)
+    assert result.stop == CONVERGED
+
+
+def test_a_quantised_ci_is_widened_by_half_a_step_each_side():
+    values = [1000.0] * 10 + [1100.0] * 10
+    low, high = median_ci(values)
+    assert (low, high) == (1000.0, 1100.0)
+    # (1150 - 950) / 2 around the median 1050
+    assert rel_ci_halfwidth(values) == pytest.approx(100.0 / 1050.0)
+
+
+def test_a_relative_width_needs_a_positive_median_however_small():
+    assert rel_ci_halfwidth([0.5] * 3 + [0.6] * 7) == pytest.approx(0.1 / 0.6)
+    assert rel_ci_halfwidth([0.0] * 10) == math.inf
+
+
+def test_summary_statistics_are_the_usual_ones_over_the_counted_samples():
+    values = [float(v) for v in range(1, 101)]
+    summary = summarize([Sample(v) for v in values], CONVERGED)
+    assert (summary.n, summary.median_ns, summary.mean_ns, summary.min_ns) == (100, 50.5, 50.5, 1.0)
+    assert (summary.p10_ns, summary.p90_ns) == (
+        np.percentile(values, 10),
+        np.percentile(values, 90),
+    )
+    assert (summary.ci_low_ns, summary.ci_high_ns) == median_ci(values)
+
+
+def test_a_collection_is_summarised_on_its_first_arm_unless_told():
+    first = tuple(Sample(1000.0 + i) for i in range(10))
+    second = tuple(Sample(2000.0 + i) for i in range(10))
+    collected = sampling.Collected((first, second), CONVERGED, 0.1)
+    assert summarize_collected(collected).median_ns == 1004.5
+    assert summarize_collected(collected, arm=1).median_ns == 2004.5
+    with pytest.raises(AttributeError):
+        collected.stop = BUDGET  # type: ignore[misc]

@@ -3,8 +3,11 @@ reasons kept as information, and never a crash."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import sys
 
+import pytest
 from fakegpu import (
     NVMLError,
     NVMLError_FunctionNotFound,
@@ -17,6 +20,7 @@ from kernelwatch.harness.timing.sampling import Sample
 from kernelwatch.harness.timing.telemetry import (
     ClockPolicy,
     NullProbe,
+    Reading,
     State,
     describe_reasons,
     is_throttled,
@@ -151,3 +155,26 @@ def test_readings_are_taken_before_and_after_every_sample():
     probe = open_probe("GPU-1", fake_nvml(sm_clock=lambda: 1000.0 + next(calls)))
     sample = sampled(lambda: Timed(5.0), probe)()
     assert sample.sm_clock_mhz == 1000.0  # the lower of the two
+
+
+def test_other_processes_and_a_fractional_power_limit_are_read_as_reported():
+    nvml = fake_nvml(
+        nvmlDeviceGetComputeRunningProcesses=lambda h: ["this", "another"],
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 350_500,
+    )
+    probe = open_probe("GPU-1", nvml)
+    assert probe.state().other_processes == 1
+    assert probe.policy().power_limit_w == 350.5
+    telemetry = summarize_telemetry(True, [], [probe.state()])
+    assert (telemetry.available, telemetry.other_processes) == (True, 1)
+
+
+def test_without_the_nvml_package_telemetry_is_unknown(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    assert isinstance(open_probe("GPU-1"), NullProbe)
+
+
+@pytest.mark.parametrize("record", [Reading(), State(), ClockPolicy()])
+def test_readings_are_immutable_records(record):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.temperature_c = 1.0  # type: ignore[misc,union-attr]

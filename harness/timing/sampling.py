@@ -67,15 +67,18 @@ class StopRule:
     passed (``budget``). Throttled samples do not count, so sampling may run past the budget
     to reach ``min_samples``, but never past ``timeout_s`` (``timeout``). After a throttled
     sample the sampler pauses ``throttle_pause_s``, giving the clocks time to recover.
+
+    No defaults here: the values a device runs with are ``BenchOptions``' and
+    ``DEVICE_DEFAULTS``' (``harness/timing/request.py``), declared once there.
     """
 
-    min_samples: int = 10
-    min_time_s: float = 0.1
-    target_rel_ci: float = 0.005
-    budget_s: float = 2.0
-    timeout_s: float = 15.0
+    min_samples: int
+    min_time_s: float
+    target_rel_ci: float
+    budget_s: float
+    timeout_s: float
+    throttle_pause_s: float
     confidence: float = 0.95
-    throttle_pause_s: float = 0.05
 
 
 @dataclass(frozen=True)
