@@ -28,6 +28,11 @@ if "PREFECT_HOME" not in os.environ:
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
+# Builds are content-addressed (harness/build/cache.py), so one cache serves the whole
+# session: a kernel built by one test is a hit for the next. Never the user's own cache.
+os.environ["KERNELWATCH_BUILD_CACHE"] = tempfile.mkdtemp(prefix="kw-build-cache-")
+atexit.register(shutil.rmtree, os.environ["KERNELWATCH_BUILD_CACHE"], ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def device() -> Device:
@@ -69,6 +74,16 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture
+def prefect_api(prefect_harness) -> dict[str, str]:
+    """The environment that points a ``kernelwatch`` subprocess's flows at the session's
+    Prefect server: without it each one starts an ephemeral server of its own, about ten
+    seconds here. ``test_demo.py`` keeps that path: it is the main job's."""
+    from prefect.settings import PREFECT_API_URL
+
+    return {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,11 @@ def test_planted_failures_are_caught(planted, device, kernel, verdict, fragment)
     assert fragment in result.reason
 
 
+def test_a_nondeterministic_kernel_is_recorded_as_such(planted, device):
+    assert _check(planted, "nondeterministic", device).deterministic is False
+    assert _check(planted, "good", device).deterministic is True
+
+
 def test_unwritten_and_nan_are_told_apart(planted, device):
     tail = _check(planted, "unwritten_tail", device)
     nan = _check(planted, "nan_output", device)
@@ -205,9 +210,9 @@ def test_integer_outputs_must_match_exactly_and_their_holes_are_found(dtype):
 def test_launches_are_compared_bit_for_bit_so_a_sign_of_zero_counts():
     # -0.0 == 0.0 as numbers; a kernel whose reduction order changes the sign of a zero is
     # still not deterministic.
-    first, second = _launches([1.0, -0.0], [1.0, 0.0])
-    ref = {"y": torch.tensor([1.0, 0.0], dtype=torch.float64)}
-    assert compare(first, second, ref, tolerance=1e-5).differing == 1
+    first, second = _launches([1.0, -0.0, 0.0], [1.0, 0.0, -0.0])
+    ref = {"y": torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)}
+    assert compare(first, second, ref, tolerance=1e-5).differing == 2
 
 
 def test_fp8_outputs_are_compared_through_fp32():
@@ -226,10 +231,12 @@ def test_fp64_outputs_keep_their_precision():
     assert (result.rel_error, result.max_abs_error, result.failures) == (0.0, 0.0, ())
 
 
-def test_the_worst_absolute_error_is_reported_as_measured():
+def test_the_errors_are_reported_as_measured():
     ref = {"y": torch.tensor([1.0, 2.0], dtype=torch.float64)}
     out = {"y": torch.tensor([1.0, 2.25])}
-    assert compare(out, out, ref, tolerance=1.0).max_abs_error == 0.25
+    result = compare(out, out, ref, tolerance=1.0)
+    assert result.max_abs_error == 0.25
+    assert result.rel_error == pytest.approx(0.25 / 5**0.5)  # ||out - ref|| / ||ref||
 
 
 def test_an_empty_output_agrees_with_an_empty_reference():
@@ -267,6 +274,8 @@ def test_the_reference_sees_float64_and_scalars_and_integer_inputs_pass_the_rand
             "x": torch.randn(int(p["n"]), generator=gen, device=dev).to(dtype),
             "scale": torch.tensor([2.0], dtype=dtype),
             "offsets": torch.zeros(4, dtype=torch.int64),
+            # Sorted: its first element is its smallest, and it is not constant.
+            "positions": torch.sort(torch.randn(6, generator=gen, device=dev)).values.to(dtype),
             "n": int(p["n"]),
         }
 
@@ -281,6 +290,7 @@ def test_the_reference_sees_float64_and_scalars_and_integer_inputs_pass_the_rand
         "x": torch.float64,
         "scale": torch.float64,
         "offsets": torch.int64,
+        "positions": torch.float64,
         "n": int,
     }
 
@@ -329,9 +339,10 @@ def test_an_error_keeps_its_first_line_and_the_end_of_a_long_traceback(planted, 
 
 
 @pytest.mark.parametrize("kernel", ["good", "raises"])
-def test_a_checks_duration_is_the_time_it_took(planted, device, kernel):
-    start = time.perf_counter()
+def test_a_checks_duration_is_the_time_it_took(planted, device, kernel, monkeypatch):
+    # A clock that reads 1 s when the check starts and 2.5 s later from then on.
+    readings = iter([1.0])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(readings, 3.5))
     result = _check(planted, kernel, device)
-    took = time.perf_counter() - start
-    assert 0.0 < result.duration_s <= took
+    assert result.duration_s == 2.5
     assert result.seed == 0  # the run seed when none is given

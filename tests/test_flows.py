@@ -118,8 +118,6 @@ def demo(tmp_path_factory, database, webhook):
 
 @pytest.fixture
 def environment(monkeypatch, tmp_path_factory, database):
-    cache = tmp_path_factory.getbasetemp() / "build-cache"
-    monkeypatch.setenv("KERNELWATCH_BUILD_CACHE", str(cache))
     monkeypatch.setenv("KERNELWATCH_DATABASE_URL", database)
     monkeypatch.setenv("KERNELWATCH_SPOOL_DIR", str(tmp_path_factory.getbasetemp() / "spool"))
 

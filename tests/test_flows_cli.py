@@ -131,15 +131,13 @@ def test_a_missing_configuration_file_is_named(kernelwatch_cli, tmp_path, monkey
 
 
 def test_pr_check_command_exits_1_on_the_planted_regression_and_prints_its_files(
-    kernelwatch_cli, tmp_path, demo_repo, store_url, monkeypatch
+    kernelwatch_cli, tmp_path, demo_repo, store_url, monkeypatch, prefect_api
 ):
     config = _config(tmp_path / "kernelwatch.toml", demo_repo.path, tmp_path / "reports")
     monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
     monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("KERNELWATCH_BUILD_CACHE", str(tmp_path / "build-cache"))
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
     proc = kernelwatch_cli(
-        "pr-check", "--base", demo_repo.culprit_parent, "--head", demo_repo.culprit
+        "pr-check", "--base", demo_repo.culprit_parent, "--head", demo_repo.culprit, env=prefect_api
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     files = dict(line.split(": ", 1) for line in proc.stdout.strip().splitlines())

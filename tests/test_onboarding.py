@@ -164,12 +164,11 @@ def test_an_entry_point_is_built_with_each_targets_own_choices(acme, kernelwatch
     }  # fmt: skip
 
 
-def test_pr_check_exit_codes(acme, kernelwatch_cli, store_url, tmp_path):
+def test_pr_check_exit_codes(acme, kernelwatch_cli, store_url, tmp_path, prefect_api):
     env = {
         "KERNELWATCH_DATABASE_URL": store_url,
-        "KERNELWATCH_BUILD_CACHE": str(tmp_path / "build-cache"),
         "KERNELWATCH_SPOOL_DIR": str(tmp_path / "spool"),
-        "PREFECT_HOME": str(tmp_path / "prefect"),
+        **prefect_api,
     }
     sha = acme.shas
 

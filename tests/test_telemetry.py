@@ -18,6 +18,8 @@ from fakegpu import (
 
 from kernelwatch.harness.timing.sampling import Sample
 from kernelwatch.harness.timing.telemetry import (
+    CLOCK_EVENT_REASONS,
+    LOCKED_CLOCKS_REASON,
     ClockPolicy,
     NullProbe,
     Reading,
@@ -157,16 +159,17 @@ def test_readings_are_taken_before_and_after_every_sample():
     assert sample.sm_clock_mhz == 1000.0  # the lower of the two
 
 
-def test_other_processes_and_a_fractional_power_limit_are_read_as_reported():
+@pytest.mark.parametrize("others", [1, 2])
+def test_other_processes_and_a_fractional_power_limit_are_read_as_reported(others):
     nvml = fake_nvml(
-        nvmlDeviceGetComputeRunningProcesses=lambda h: ["this", "another"],
+        nvmlDeviceGetComputeRunningProcesses=lambda h: ["this"] + ["another"] * others,
         nvmlDeviceGetEnforcedPowerLimit=lambda h: 350_500,
     )
     probe = open_probe("GPU-1", nvml)
-    assert probe.state().other_processes == 1
+    assert probe.state().other_processes == others
     assert probe.policy().power_limit_w == 350.5
     telemetry = summarize_telemetry(True, [], [probe.state()])
-    assert (telemetry.available, telemetry.other_processes) == (True, 1)
+    assert (telemetry.available, telemetry.other_processes) == (True, others)
 
 
 def test_without_the_nvml_package_telemetry_is_unknown(monkeypatch):
@@ -178,3 +181,28 @@ def test_without_the_nvml_package_telemetry_is_unknown(monkeypatch):
 def test_readings_are_immutable_records(record):
     with pytest.raises(dataclasses.FrozenInstanceError):
         record.temperature_c = 1.0  # type: ignore[misc,union-attr]
+
+
+def test_the_reason_bits_are_nvmls():
+    import pynvml  # nvidia-ml-py, a dependency
+
+    names = (
+        "GpuIdle",
+        "ApplicationsClocksSetting",
+        "SwPowerCap",
+        "HwSlowdown",
+        "SyncBoost",
+        "SwThermalSlowdown",
+        "HwThermalSlowdown",
+        "HwPowerBrakeSlowdown",
+        "DisplayClockSetting",
+    )
+    bits = {getattr(pynvml, f"nvmlClocksEventReason{name}") for name in names}
+    assert bits == set(CLOCK_EVENT_REASONS)
+    assert pynvml.nvmlClocksEventReasonUserDefinedClocks == LOCKED_CLOCKS_REASON
+    assert describe_reasons(0x6) == "applications-clocks,sw-power-cap"
+
+
+def test_a_clock_at_exactly_three_quarters_of_the_maximum_is_not_throttled():
+    assert not is_throttled(1485.0, 1980.0)  # nvbench flags below the threshold, not at it
+    assert NullProbe().available is False
