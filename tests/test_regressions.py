@@ -101,6 +101,9 @@ def test_one_culprit_across_20_series_is_one_alert_and_recovery_closes_it(
     assert closing.closed == (alert["regression_id"],), closing
     shown = json.loads(cli("show", str(alert["regression_id"]), "--json").stdout)
     assert shown["state"] == "fixed" and shown["open"] is False
+    closed_by = shown["events"][-1]
+    assert closed_by["actor"] == "kernelwatch"
+    assert closed_by["note"].startswith("auto: series recovered at point"), closed_by
 
 
 def test_regressions_update_judges_by_the_files_thresholds(
