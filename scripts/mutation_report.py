@@ -5,7 +5,11 @@ those run before the session was filtered. A module run on a sample of its mutan
 (scripts/mutation_sample.py) gets its share with a 95 % interval; a package's share weights
 each module by its mutants. Runs in the venv that has cosmic-ray.
 
-    .venv/bin/python scripts/mutation_report.py mutation [EXCLUDE] [--json F] > mutation/summary.md
+    .venv/bin/python scripts/mutation_report.py mutation [EXCLUDE] [--json F [--update]] \
+        > mutation/summary.md
+
+With --update, F keeps the modules these sessions did not measure (a run names its modules;
+docs/results/mutation.json holds the latest score of every module).
 
 The tables are docs_results.py's (the same renderer fills docs/TESTING.md from the JSON).
 """
@@ -32,7 +36,12 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("exclude", nargs="?", default="(?!)")
     parser.add_argument("--json", type=Path, help="write the counts here (docs/results/)")
+    parser.add_argument(
+        "--update", action="store_true", help="keep the other modules already in the --json file"
+    )
     args = parser.parse_args()
+    if args.update and not (args.json and args.json.is_file()):
+        parser.error("--update needs an existing --json file")
     excluded = re.compile(args.exclude)
     counts: dict[str, Counter[str]] = {}
     survivors: list[tuple[str, str, str]] = []
@@ -48,6 +57,10 @@ def main() -> None:
             pending = sum(1 for _ in db.pending_work_items)
             if pending:
                 print(f"note: {session.name} has {pending} mutants not run yet\n")
+    if args.update:
+        earlier = json.loads(args.json.read_text())["modules"]
+        for module, outcomes in earlier.items():
+            counts.setdefault(module, Counter(outcomes))
     details = {
         "tool": f"cosmic-ray {version('cosmic-ray')}",
         "modules": {module: dict(sorted(c.items())) for module, c in sorted(counts.items())},

@@ -64,6 +64,8 @@ def test_an_unknown_end_of_the_range_is_a_question_mark():
 def test_a_notice_cannot_be_changed_after_it_is_made():
     with pytest.raises(dataclasses.FrozenInstanceError):
         NOTICE.title = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ResolvedNotice(7, "kernels", "t", "fixed", "ana").state = "wont_fix"  # type: ignore[misc]
 
 
 def test_an_unreachable_target_holds_the_nightly_ten_seconds_at_most(monkeypatch):
