@@ -287,6 +287,11 @@ def test_a_quantised_ci_is_widened_by_half_a_step_each_side():
     assert rel_ci_halfwidth(values) == pytest.approx(100.0 / 1050.0)
 
 
+def test_equal_samples_have_no_width_unless_a_resolution_is_stated():
+    assert rel_ci_halfwidth([2000.0] * 20) == 0.0
+    assert rel_ci_halfwidth([2000.0] * 20, resolution_ns=500.0) == 0.125
+
+
 def test_a_relative_width_needs_a_positive_median_however_small():
     assert rel_ci_halfwidth([0.5] * 3 + [0.6] * 7) == pytest.approx(0.1 / 0.6)
     assert rel_ci_halfwidth([0.0] * 10) == math.inf
