@@ -196,6 +196,22 @@ def test_a_revert_close_to_the_old_level_closes_the_open_regression():
     assert (regression_id, after.state) == (7, "fixed")
 
 
+@pytest.mark.parametrize(("back_to", "closes"), [(1.0485, True), (1.0490, False)])
+def test_a_revert_closes_only_within_half_the_change_in_log_space(back_to, closes):
+    # Noise-free nights: 10 % slower at 40, back to ``back_to`` for the last six nights.
+    # Half of log(1.1) is 0.047655: log(1.0485) = 0.047361 is within it, log(1.0490) is not.
+    def level(i: int) -> float:
+        return back_to if i >= 54 else (1.1 if i >= STEP_AT else 1.0)
+
+    series = _series()
+    exact = tuple(
+        dataclasses.replace(r, samples_ns=(1e5 * level(i),) * 30) for i, r in enumerate(series.runs)
+    )
+    series = dataclasses.replace(series, runs=exact)
+    closed = plan([series], {}, [_open_member(series)], Thresholds()).closes
+    assert [r for r, _ in closed] == ([7] if closes else [])
+
+
 def test_a_regression_whose_series_stayed_slow_stays_open():
     series = _series()
     assert plan([series], {}, [_open_member(series)], Thresholds()).closes == ()
