@@ -63,6 +63,11 @@ def compare(
     where the reference is all zeros); it and ``max_abs_error`` are ``None`` when an output is
     not finite, because a number computed from NaN would read like a measurement.
     """
+    if not reference:
+        raise ValueError(
+            "the spec's reference returns no outputs: a check with nothing to compare would "
+            "pass whatever the kernel does"
+        )
     if set(first) != set(reference):
         raise ValueError(
             f"the spec's reference returns {sorted(reference)} but the kernel writes "

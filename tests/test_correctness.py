@@ -118,6 +118,21 @@ def test_mismatched_output_names_are_an_error(planted, device):
     assert "make the output names match" in result.reason
 
 
+def test_a_spec_with_nothing_to_compare_is_an_error_not_a_pass(planted, device):
+    good = planted.kernel("good")
+    empty = KernelSpec(
+        **{
+            **good.__dict__,
+            "make_outputs": lambda t, p: {},
+            "launch": lambda t, o, p, cfg: LaunchConfig({"BLOCK": 32}),
+            "reference": lambda t, p: {},
+        }
+    )
+    result = check_case(empty, "planted", "smoke", {"n": 70}, "fp32", device)
+    assert result.verdict == "error"
+    assert "returns no outputs" in result.reason
+
+
 def test_bf16_is_unsupported_on_the_interpreter(planted, device):
     if device.info.kind != "cpu":
         pytest.skip("the interpreter gap only exists on the CPU")
