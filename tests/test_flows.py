@@ -288,18 +288,13 @@ def test_bisect_by_hand_without_a_regression(demo, environment):
     assert found.regression_id is None
 
 
-def test_pr_check_says_1_for_a_regressing_head_and_0_for_an_unchanged_one(
-    demo, environment, tmp_path
-):
+def test_pr_check_says_0_for_an_unchanged_head(demo, environment, tmp_path):
+    # Its 1 for the culprit is test_flows_cli.py's, through the command.
     made, _, config = demo
     environment(config)
-    slower = pr_check(base=made.culprit_parent, head=made.culprit, out_dir=str(tmp_path / "slower"))
-    assert slower.outcome == 1, slower
-    comment = Path(slower.comment).read_text()
-    assert made.culprit_kernel in comment and "SLOWER" in comment.upper()
-    assert Path(slower.report).is_file()
     same = pr_check(base=made.nights[0][1], head=made.nights[1][1], out_dir=str(tmp_path / "same"))
     assert same.outcome == 0, same
+    assert Path(same.comment).is_file() and Path(same.report).is_file()
 
 
 def test_crashing_hanging_and_nan_kernels_fail_alone(
