@@ -61,6 +61,7 @@ def test_unwritten_and_nan_are_told_apart(planted, device):
     assert (tail.unwritten, tail.nonfinite) == (3, 0)
     assert (nan.unwritten, nan.nonfinite) == (0, 1)
     assert tail.rel_error is None and nan.rel_error is None
+    assert tail.deterministic is None  # holes are not compared between launches
 
 
 def test_error_keeps_the_traceback(planted, device):
@@ -217,6 +218,10 @@ def test_integer_outputs_must_match_exactly_and_their_holes_are_found(dtype):
     first[6:], second[6:] = unwritten_first, unwritten_second
     holes = compare({"y": first}, {"y": second}, ref, tolerance=0.5)
     assert (holes.unwritten, holes.nonfinite) == (2, 0)
+    # A value the kernel wrote in both launches is no hole, even one equal to a poison.
+    written = torch.full((8,), unwritten_second, dtype=dtype)
+    ref_written = {"y": written.to(torch.float64)}
+    assert compare({"y": written}, {"y": written.clone()}, ref_written, 0.5).unwritten == 0
     assert holes.failures[0].startswith(
         "2 of 8 elements of 'y' never written (first at index (6,))"
     )
@@ -252,6 +257,12 @@ def test_the_errors_are_reported_as_measured():
     result = compare(out, out, ref, tolerance=1.0)
     assert result.max_abs_error == 0.25
     assert result.rel_error == pytest.approx(0.25 / 5**0.5)  # ||out - ref|| / ||ref||
+    # Relative to a reference of any size, and an error exactly at the tolerance passes.
+    small = {"y": torch.tensor([0.125, 0.25], dtype=torch.float64)}
+    off = {"y": torch.tensor([0.125, 0.28125])}
+    at_edge = compare(off, off, small, tolerance=0.03125 / float(small["y"].norm()))
+    assert at_edge.rel_error == pytest.approx(0.03125 / 0.125 / 5**0.5)
+    assert at_edge.failures == ()
 
 
 def test_an_empty_output_agrees_with_an_empty_reference():
@@ -289,6 +300,7 @@ def test_the_reference_sees_float64_and_scalars_and_integer_inputs_pass_the_rand
             "x": torch.randn(int(p["n"]), generator=gen, device=dev).to(dtype),
             "scale": torch.tensor([2.0], dtype=dtype),
             "offsets": torch.zeros(4, dtype=torch.int64),
+            "no_tokens": torch.empty(0, dtype=dtype),
             # Sorted: its first element is its smallest, and it is not constant.
             "positions": torch.sort(torch.randn(6, generator=gen, device=dev)).values.to(dtype),
             "n": int(p["n"]),
@@ -305,6 +317,7 @@ def test_the_reference_sees_float64_and_scalars_and_integer_inputs_pass_the_rand
         "x": torch.float64,
         "scale": torch.float64,
         "offsets": torch.int64,
+        "no_tokens": torch.float64,
         "positions": torch.float64,
         "n": int,
     }
@@ -343,14 +356,49 @@ def test_the_config_verified_is_the_pin_else_the_kernels_own_or_its_fixed_one(
 
 
 def _raises_at_length(t, o, p, cfg):
-    raise RuntimeError("first line of the failure\n" + "x" * 10_000)
+    raise RuntimeError("first line of the failure " + "y" * 600 + "\n" + "x" * 10_000)
 
 
-def test_an_error_keeps_its_first_line_and_the_end_of_a_long_traceback(planted, device):
+def test_an_error_keeps_500_characters_of_its_first_line_and_the_end_of_its_traceback(
+    planted, device
+):
     spec = KernelSpec(**{**planted.kernel("good").__dict__, "launch": _raises_at_length})
     result = check_case(spec, "planted", "smoke", {"n": 70}, "fp32", device)
-    assert result.reason == "RuntimeError: first line of the failure"
+    assert result.reason == ("RuntimeError: first line of the failure " + "y" * 600)[:500]
     assert len(result.detail) == 4000 and result.detail.endswith("x" * 100 + "\n")
+
+
+def test_the_software_given_is_the_software_recorded(planted, device):
+    from kernelwatch.harness.device import software_info
+
+    given = dataclasses.replace(software_info(), torch="0.0-given")
+    result = check_case(
+        planted.kernel("good"), "planted", "smoke", {"n": 70}, "fp32", device, software=given
+    )
+    assert result.software == given
+
+
+def test_the_processs_determinism_settings_are_restored_after_a_check(planted, device):
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.utils.deterministic.fill_uninitialized_memory,
+    )
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        assert _check(planted, "good", device).verdict == "pass"
+        assert (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.utils.deterministic.fill_uninitialized_memory,
+        ) == (True, False, True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
+        _check(planted, "good", device)
+        assert torch.utils.deterministic.fill_uninitialized_memory is False
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.utils.deterministic.fill_uninitialized_memory = before[2]
 
 
 @pytest.mark.parametrize("kernel", ["good", "raises"])
