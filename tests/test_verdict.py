@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from kernelwatch.analysis.verdict import VerdictConfig, compare, compare_measurements
+from kernelwatch.analysis.verdict import (
+    VerdictConfig,
+    _more_samples,
+    compare,
+    compare_measurements,
+)
 from kernelwatch.harness.records import LaunchConfig
 
 DEFAULT = VerdictConfig()
@@ -79,6 +86,36 @@ def test_a_code_change_is_slower_in_cycle_space_too():
     )
     assert (v.verdict, v.cycle_verdict) == ("SLOWER", "SLOWER")
     assert "clock" not in v.reason
+
+
+def test_a_clock_that_fell_further_than_the_time_rose_does_not_blame_the_clock_alone():
+    # B takes 10 % longer while its clock fell by 30 %: per cycle it is faster, so the code
+    # changed as well as the clock, and the reason must not say "the clock moved, not the
+    # code".
+    a, b = _samples(1, 300, 100.0), _samples(2, 300, 110.0)
+    v = compare(a, b, a_clock_mhz=np.full(300, 1980.0), b_clock_mhz=np.full(300, 1386.0))
+    assert (v.verdict, v.cycle_verdict) == ("SLOWER", "FASTER")
+    assert "clock" not in v.reason
+
+
+def test_a_verdict_cannot_be_changed_after_it_is_made():
+    v = compare(_samples(1, 50, 100.0), _samples(2, 50, 100.0))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        v.verdict = "FASTER"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("half_width", "expected"),
+    [
+        (0.00901, 1),  # an asymmetric interval straddles the edge: at least one more sample
+        (0.01001, 1),  # needs 0.2 % more than the 20 taken: one more
+        (0.0997, 1969),  # 20 x 9.97 squared, less the 20 taken: just under the 100x limit
+        (0.1002, None),  # just over it: no affordable number settles it
+    ],
+)
+def test_the_samples_proposed_follow_the_square_law_up_to_a_hundred_times(half_width, expected):
+    # The estimate sits 0.01 beyond a 0.05 margin in log space, on 20 samples per side.
+    assert _more_samples(0.06, half_width, 0.05, 20) == expected
 
 
 def test_measurements_leave_throttled_samples_out(make_measurement):
