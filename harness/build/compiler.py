@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelwatch.harness.build import nvcc
-from kernelwatch.harness.build import nvtools
+from kernelwatch.harness.build import nvcc, nvtools
 from kernelwatch.harness.build.archs import ARCHS
 from kernelwatch.harness.build.cache import Cache, cache_key
-from kernelwatch.harness.build.plan import Job
 from kernelwatch.harness.build.capture import CudaLaunch, TritonLaunch
+from kernelwatch.harness.build.plan import Job
 from kernelwatch.harness.cuda_kernel import source_hash
 from kernelwatch.harness.records import BuildMetrics
 

@@ -44,8 +44,8 @@ def default_workers() -> int:
 @dataclass(frozen=True)
 class BuildRequest:
     """What to build, where the cache is (None: no cache), whether this run may add to it
-(False for code nobody has reviewed: a pull request's builds read the cache but never
-write it) and how long a compile may take."""
+    (False for code nobody has reviewed: a pull request's builds read the cache but never
+    write it) and how long a compile may take."""
 
     suite: SuiteRef = field(default_factory=SuiteRef)
     archs: Sequence[str] = DEFAULT_ARCHS
@@ -222,9 +222,7 @@ def _run_child(
             kill(proc)
 
 
-def _serve_cache(
-    event: dict[str, Any], cache: BuildCache | None, writes: bool, proc: Any
-) -> None:
+def _serve_cache(event: dict[str, Any], cache: BuildCache | None, writes: bool, proc: Any) -> None:
     """Answer a build child's cache lookup on its stdin, or store what it built when this
     run may write the cache."""
     key = str(event.get("key", ""))

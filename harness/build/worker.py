@@ -9,8 +9,8 @@ Protocol: a JSON plan on stdin (``BuildRequest.plan``); JSON lines on stdout:
 (the record's identity, for the parent to report if this process dies) and
 ``{"event": "result", "task": i, "record": {...}}``. The build cache is the parent's: the
 worker asks ``{"event": "lookup", "key": K}`` and reads ``{"record": {...} | null}`` on its
-stdin, and offers a fresh build with ``{"event": "store", "key": K, "record": {...}}``. A suite that cannot be imported ends
-with ``{"event": "fatal", "message": "..."}``.
+stdin, and offers a fresh build with ``{"event": "store", "key": K, "record": {...}}``.
+A suite that cannot be imported ends with ``{"event": "fatal", "message": "..."}``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def main() -> int:
         emit({"event": "fatal", "message": str(exc)})
         return EXIT_FATAL
 
-    from kernelwatch.harness.build.plan import plan_builds
     from kernelwatch.harness.build.compiler import build
+    from kernelwatch.harness.build.plan import plan_builds
     from kernelwatch.harness.spec import DTYPES
 
     unknown = [k for k in plan["kernels"] if k not in suite.names]

@@ -1,0 +1,106 @@
+"""What ships is what is tested: the wheel, built exactly as ``scripts/gpu-wheels.sh`` builds
+it, installed without dependencies into a fresh virtual environment, imports every module of
+the tree from there. The dependencies come from this venv's site-packages as a plain path,
+so its editable finder (which would hide a package missing from the wheel) never runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "wheel_imports.py"
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def build_wheel(root: Path, out: Path) -> Path:
+    """The wheel of the tree at ``root``, with gpu-wheels.sh's own pip command."""
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*command, "-w", str(out), str(root)], check=True, capture_output=True)
+    (wheel,) = out.glob("kernelwatch-*.whl")
+    return wheel
+
+
+def fresh_venv(wheel: Path, venv: Path) -> Path:
+    """A new venv holding only the wheel; returns its site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    # A path line, not an import line: the test venv's own .pth files (the editable finder
+    # among them) are not processed for a directory added this way.
+    (site / "test-venv-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
+    subprocess.run([*pip, "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    return site
+
+
+def imports_from_wheel(root: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+    site = fresh_venv(build_wheel(root, tmp / "dist"), tmp / "venv")
+    return subprocess.run(
+        [str(tmp / "venv" / "bin" / "python"), str(SCRIPT), str(site), str(root)],
+        capture_output=True,
+        text=True,
+        cwd=tmp,
+    )
+
+
+def test_every_module_of_the_tree_imports_from_the_built_wheel(tmp_path):
+    result = imports_from_wheel(ROOT, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "modules import from" in result.stdout
+    cli = subprocess.run(
+        [str(tmp_path / "venv" / "bin" / "python"), "-m", "kernelwatch.cli", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "selfcheck" in cli.stdout
+
+
+def test_a_package_left_out_of_the_wheel_is_named(tmp_path):
+    """The check itself: a tree module the installed copy lacks is reported, not skipped."""
+    site = tmp_path / "site"
+    (site / "kernelwatch" / "harness").mkdir(parents=True)
+    (site / "kernelwatch" / "harness" / "__init__.py").write_text("")
+    tree = tmp_path / "tree"
+    (tree / "harness" / "distributed").mkdir(parents=True)
+    (tree / "harness" / "__init__.py").write_text("")
+    (tree / "harness" / "distributed" / "__init__.py").write_text("")
+    (tree / "pyproject.toml").write_text(
+        '[tool.setuptools.package-dir]\n"kernelwatch.harness" = "harness"\n'
+    )
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), str(site), str(tree)], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "kernelwatch.harness.distributed: not in the installed copy" in result.stderr
+
+
+def test_no_tracked_file_is_ignored():
+    """An ignore rule that matches a source folder (``build/`` once matched ``harness/build/``)
+    hides new files from ``git add`` and every file from ruff, which respects .gitignore."""
+    ignored = subprocess.run(
+        ["git", "ls-files", "-ci", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert ignored == []
+    probe = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", "harness/build/new_module.py"], cwd=ROOT
+    )
+    assert probe.returncode == 1, "a new file under harness/build/ would be ignored"
