@@ -28,6 +28,7 @@ from kernelwatch.harness.device import Device
 from kernelwatch.harness.distributed.bandwidth import bandwidth, interconnect_peak
 from kernelwatch.harness.records import (
     ABMeasurement,
+    Bandwidth,
     CaseId,
     CorrectnessResult,
     LaunchConfig,
@@ -36,11 +37,11 @@ from kernelwatch.harness.records import (
     WorldInfo,
 )
 from kernelwatch.harness.spec import DTYPES, Comm, DistributedSpec, Params, Tensors
-from kernelwatch.harness.timing.case import _clocks, _verdict
+from kernelwatch.harness.timing.measurement import Run, ab_pair, measurement
 from kernelwatch.harness.timing.request import ResolvedOptions
 from kernelwatch.harness.timing.roofline import ELEMENT_BYTES
-from kernelwatch.harness.timing.sampling import Collected, Sample, collect, summarize, warm_up
-from kernelwatch.harness.timing.telemetry import Probe, State, sampled, summarize_telemetry
+from kernelwatch.harness.timing.sampling import Sample, collect, warm_up
+from kernelwatch.harness.timing.telemetry import Probe, sampled
 from kernelwatch.harness.timing.timers import Timer
 
 Step = Callable[[str], None]
@@ -184,7 +185,9 @@ class Timing:
 
 def _time_lockstep(
     launches: Sequence[Callable[[], object]], ctx: RankContext, timing: Timing
-) -> tuple[Collected, list[State]]:
+) -> tuple[tuple[tuple[Sample, ...], ...], Run]:
+    """Every arm's samples, and the run they came from. Its statistic is left as the order
+    statistics give it, not widened by the timer's step as a single-GPU case's is."""
     lock = Lockstep(ctx.control)
     samplers = [timing.timer.bind(fn) for fn in launches]
     arms = [lock.arm(sampled(sampler.take, timing.probe)) for sampler in samplers]
@@ -192,8 +195,10 @@ def _time_lockstep(
         warm_up(arm, timing.options.warmup_s, clock=lock.clock)
     before = timing.probe.state()
     resolution = max(sampler.resolution_ns for sampler in samplers)
-    collected = collect(arms, timing.options.rule, clock=lock.clock, resolution_ns=resolution)
-    return collected, [before, timing.probe.state()]
+    rule = timing.options.rule
+    collected = collect(arms, rule, clock=lock.clock, resolution_ns=resolution)
+    states = (before, timing.probe.state())
+    return collected.arms, Run(collected.stop, rule, states, timing.probe.available)
 
 
 @dataclass(frozen=True)
@@ -244,14 +249,12 @@ def bench(
     if with_baseline:
         launches.append(prepared.baseline)  # type: ignore[arg-type]
     step("timing")
-    collected, states = _time_lockstep(launches, ctx, timing)
+    arms, run = _time_lockstep(launches, ctx, timing)
     if ctx.comm.rank != 0:
         return None
-    baseline = collected.arms[1] if with_baseline else ()
+    baseline = arms[1] if with_baseline else ()
     fields = {**common, "baseline": spec.baseline.name if with_baseline else None}  # type: ignore[union-attr]
-    return _measurement(
-        spec, case, ctx, timing, fields, prepared.config, collected, 0, states, baseline, start
-    )
+    return _measurement(spec, case, ctx, fields, prepared.config, run, arms[0], start, baseline)
 
 
 def ab(
@@ -272,72 +275,38 @@ def ab(
     step("prepare B")
     second = _prepare(spec_b, case, ctx, seed, first.inputs)
     step("timing")
-    collected, states = _time_lockstep([first.kernel, second.kernel], ctx, timing)
+    (a, b), run = _time_lockstep([first.kernel, second.kernel], ctx, timing)
     if ctx.comm.rank != 0:
         return None
     fields = {**common, "baseline": None}
-    base, head = (
-        _measurement(spec, case, ctx, timing, fields, p.config, collected, arm, states, (), start)
-        for arm, (spec, p) in enumerate(((spec_a, first), (spec_b, second)))
-    )
-    failed = [f"{side}: {m.reason}" for side, m in zip("AB", (base, head), strict=True)
-              if m.status != "ok"]  # fmt: skip
-    return ABMeasurement(
-        status="error" if failed else "ok",
-        reason="; ".join(failed),
-        base=base,
-        head=head,
-        duration_s=time.perf_counter() - start,
-        **{k: v for k, v in common.items() if k != "baseline"},
-    )
+    base = _measurement(spec_a, case, ctx, fields, first.config, run, a, start)
+    head = _measurement(spec_b, case, ctx, fields, second.config, run, b, start)
+    return ab_pair(common, base, head, start)
 
 
 def _measurement(
     spec: DistributedSpec,
     case: CaseId,
     ctx: RankContext,
-    timing: Timing,
     fields: dict[str, Any],
     config: LaunchConfig | None,
-    collected: Collected,
-    arm: int,
-    states: list[State],
-    baseline: tuple[Sample, ...],
+    run: Run,
+    samples: tuple[Sample, ...],
     start: float,
+    baseline: tuple[Sample, ...] = (),
 ) -> Measurement:
-    samples = collected.arms[arm]
-    rule = timing.options.rule
-    summary = summarize(samples, collected.stop, rule.confidence)
-    baseline_summary = summarize(baseline, collected.stop) if baseline else None
-    moved = None
-    if summary is not None:
-        moved = bandwidth(
+    """Rank 0's record of the agreed samples, with the collective's bus bandwidth."""
+
+    def moved(median_ns: float) -> Bandwidth:
+        return bandwidth(
             spec.collective,
             spec.message_bytes(case.params, ELEMENT_BYTES[case.dtype]),
             ctx.comm.size,
-            summary.median_ns,
+            median_ns,
             interconnect_peak(ctx.world.interconnect, ctx.device.info.name),
         )
-    status, reason = _verdict(samples, summary, collected.stop, rule)
-    return Measurement(
-        status=status,
-        reason=reason,
-        config=config,
-        config_source="heuristic",
-        samples_ns=tuple(s.ns for s in samples),
-        sm_clock_mhz=_clocks([s.sm_clock_mhz for s in samples]),
-        mem_clock_mhz=_clocks([s.mem_clock_mhz for s in samples]),
-        throttled=tuple(s.throttled for s in samples),
-        summary=summary,
-        telemetry=summarize_telemetry(timing.probe.available, samples, states),
-        baseline_median_ns=baseline_summary.median_ns if baseline_summary else None,
-        baseline_samples_ns=tuple(s.ns for s in baseline),
-        baseline_throttled=tuple(s.throttled for s in baseline),
-        speedup=baseline_summary.median_ns / summary.median_ns
-        if baseline_summary and summary
-        else None,
-        duration_s=time.perf_counter() - start,
-        world=ctx.world,
+
+    return measurement(
+        {**fields, "world": ctx.world}, run, samples, config, "heuristic", start, baseline,
         bandwidth=moved,
-        **fields,
-    )
+    )  # fmt: skip

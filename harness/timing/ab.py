@@ -8,8 +8,8 @@ sampled alternately through one timer (``timing.time_arms``). B launches the con
 autotuner chose when B's tuning space has it (``config_source`` ``shared``): two autotuning
 runs that pick different configs in a near tie would otherwise read as a code change. When
 B's space lacks it, B tunes itself and the verdict says the configs differed.
-Each side becomes a full :class:`Measurement` built exactly as ``bench`` builds one, so
-the flows can store each in its own commit's run.
+Each side becomes a full :class:`Measurement`, built by ``bench``'s builder
+(``timing/measurement.py``), so the flows can store each in its own commit's run.
 """
 
 from __future__ import annotations
@@ -32,11 +32,10 @@ from kernelwatch.harness.records import (
 from kernelwatch.harness.spec import KernelSpec, KernelUnsupported
 from kernelwatch.harness.suite import Task
 from kernelwatch.harness.timing.case import BenchSession, Prepared, prepare
+from kernelwatch.harness.timing.measurement import Run, ab_pair
 from kernelwatch.harness.timing.pinning import pinned_config
-from kernelwatch.harness.timing.sampling import Collected, Sample
+from kernelwatch.harness.timing.sampling import Sample
 
-#: The sides, in the order they are sampled.
-SIDES = ("A", "B")
 #: ``config_source`` of a B side launching the config A's autotuner chose.
 SHARED = "shared"
 
@@ -86,27 +85,22 @@ class ABSession(BenchSession):
                 **common,
             )
 
+        # Each side's CI is left as the order statistics give it, not widened by the
+        # timer's step as bench's is.
+        run = Run(collected.stop, self.resolved.rule, states, self.probe.available)
+
         def side(
             spec: KernelSpec, prepared: Prepared, samples: tuple[Sample, ...], sw: SoftwareInfo
         ) -> Measurement:
-            alone = Collected((samples,), collected.stop, collected.elapsed_s)
             # No stock-library arm in an A/B session.
             fields = {**common, "baseline": None, "software": sw}
-            return self._record(fields, spec, case, prepared, alone, states, start)
+            source = prepared.config_source
+            return self.record(fields, spec, case, prepared.config, source, run, samples, start)
 
         sw_a, sw_b = software or (self.software, self.software)
         base = side(spec_a, first, collected.arms[0], sw_a)
         head = side(spec_b, second, collected.arms[1], sw_b)
-        failed = [f"{name}: {m.reason}" for name, m in zip(SIDES, (base, head), strict=True)
-                  if m.status != "ok"]  # fmt: skip
-        return ABMeasurement(
-            status="error" if failed else "ok",
-            reason="; ".join(failed),
-            base=base,
-            head=head,
-            duration_s=time.perf_counter() - start,
-            **common,
-        )
+        return ab_pair(common, base, head, start)
 
     def unsupported(self, suite: str, task: Task, reason: str) -> ABMeasurement:
         """The record of a case that cannot be compared (a side lacks it), saying why."""

@@ -4,16 +4,17 @@ Runs in the runner child (kernel code is imported only there). For each case: fr
 inputs, one launch that fixes the config (the autotuner's choice, a pin, or the spec's
 pinned config), a cool-down (after that launch: autotuning runs the GPU at full load), then
 the kernel and the baseline sampled alternately through the same timer until the stopping
-rule is met. The record keeps every raw sample with its clocks and
-throttle flag, the statistic over unthrottled samples, telemetry, speed-of-light and the
-speedup over the baseline; a failure is a record, never an exception.
+rule is met. The record (built by ``timing/measurement.py``) keeps every raw sample with
+its clocks and throttle flag, the statistic over unthrottled samples, telemetry,
+speed-of-light and the speedup over the baseline; a failure is a record, never an
+exception.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +29,11 @@ from kernelwatch.harness.records import (
     Measurement,
     Method,
     SoftwareInfo,
-    Summary,
+    SpeedOfLight,
 )
 from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Params
 from kernelwatch.harness.timing.ceilings import measure_ceilings
+from kernelwatch.harness.timing.measurement import Run, measurement
 from kernelwatch.harness.timing.pinning import pinned_config
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.roofline import (
@@ -42,20 +44,8 @@ from kernelwatch.harness.timing.roofline import (
     speed_of_light,
     with_ceilings,
 )
-from kernelwatch.harness.timing.sampling import (
-    TIMEOUT,
-    Collected,
-    Sample,
-    StopRule,
-    summarize_collected,
-)
-from kernelwatch.harness.timing.telemetry import (
-    Probe,
-    State,
-    describe_reasons,
-    open_probe,
-    summarize_telemetry,
-)
+from kernelwatch.harness.timing.sampling import Collected, Sample
+from kernelwatch.harness.timing.telemetry import Probe, State, open_probe
 from kernelwatch.harness.timing.timers import Timer, make_timer, time_arms
 
 
@@ -214,91 +204,35 @@ class BenchSession:
                 detail="".join(traceback.format_exc(limit=8))[-4000:],
                 **base,
             )
-        return self._record(base, spec, case, prepared, collected, states, start)
+        rule, available = self.resolved.rule, self.probe.available
+        run = Run(collected.stop, rule, states, available, collected.resolution_ns)
+        kernel = collected.arms[0]
+        baseline = collected.arms[1] if len(collected.arms) > 1 else ()
+        source = prepared.config_source
+        return self.record(base, spec, case, prepared.config, source, run, kernel, start, baseline)
 
-    def _record(
+    def record(
         self,
-        base: dict[str, Any],
+        common: Mapping[str, Any],
         spec: KernelSpec,
         case: CaseId,
-        prepared: Prepared,
-        collected: Collected,
-        states: list[State],
+        config: LaunchConfig,
+        config_source: str,
+        run: Run,
+        samples: Sequence[Sample],
         start: float,
+        baseline: Sequence[Sample] = (),
     ) -> Measurement:
-        samples = collected.arms[0]
-        rule = self.resolved.rule
-        summary = summarize_collected(collected, 0, rule.confidence)
-        baseline_samples = collected.arms[1] if len(collected.arms) > 1 else ()
-        baseline_summary = (
-            summarize_collected(collected, 1, rule.confidence) if baseline_samples else None
-        )
-        sol = speedup = None
-        if summary is not None:
-            sol = speed_of_light(
+        """The measurement of ``spec`` on ``case`` from its samples (and the stock
+        baseline's), with its speed-of-light on this session's roofline."""
+
+        def sol(median_ns: float) -> SpeedOfLight:
+            return speed_of_light(
                 spec.flops(case.params),
                 spec.min_bytes(case.params, ELEMENT_BYTES[case.dtype]),
-                summary.median_ns,
+                median_ns,
                 case.dtype,
                 self.peaks,
             )
-            if baseline_summary is not None:
-                speedup = baseline_summary.median_ns / summary.median_ns
-        status, reason = _verdict(samples, summary, collected.stop, rule)
-        return Measurement(
-            status=status,
-            reason=reason,
-            config=prepared.config,
-            config_source=prepared.config_source,
-            samples_ns=tuple(s.ns for s in samples),
-            sm_clock_mhz=_clocks([s.sm_clock_mhz for s in samples]),
-            mem_clock_mhz=_clocks([s.mem_clock_mhz for s in samples]),
-            throttled=tuple(s.throttled for s in samples),
-            summary=summary,
-            telemetry=summarize_telemetry(self.probe.available, samples, states),
-            sol=sol,
-            baseline_median_ns=baseline_summary.median_ns if baseline_summary else None,
-            baseline_samples_ns=tuple(s.ns for s in baseline_samples),
-            baseline_throttled=tuple(s.throttled for s in baseline_samples),
-            speedup=speedup,
-            duration_s=time.perf_counter() - start,
-            **base,
-        )
 
-
-def _verdict(
-    samples: tuple[Sample, ...], summary: Summary | None, stop: str, rule: StopRule
-) -> tuple[str, str]:
-    """``ok`` with an empty reason, ``ok`` with a reason when throttling left too few
-    samples before the timeout, or ``error`` when every sample was throttled."""
-    throttled = [s for s in samples if s.throttled]
-    why = _throttling(throttled)
-    if summary is None:
-        return "error", (
-            f"all {len(samples)} samples were taken while the GPU throttled ({why}); "
-            "let it cool down and re-run"
-        )
-    if stop == TIMEOUT:
-        return "ok", (
-            f"only {summary.n} of {len(samples)} samples unthrottled "
-            f"({why if throttled else 'none throttled'}) when the {rule.timeout_s:g} s "
-            f"timeout hit; the statistic rests on fewer than {rule.min_samples}"
-        )
-    return "ok", ""
-
-
-def _throttling(throttled: list[Sample]) -> str:
-    """``SM clock down to 1105 MHz; reasons sw-power-cap,hw-slowdown``."""
-    clocks = [s.sm_clock_mhz for s in throttled if s.sm_clock_mhz is not None]
-    reasons = 0
-    for s in throttled:
-        reasons |= s.throttle_reasons or 0
-    parts = [f"SM clock down to {min(clocks):.0f} MHz"] if clocks else []
-    if reasons:
-        parts.append(f"reasons {describe_reasons(reasons)}")
-    return "; ".join(parts) or "clock below the threshold"
-
-
-def _clocks(values: list[float | None]) -> tuple[float, ...]:
-    # All or nothing: a tuple parallel to the samples, or empty when clocks are unknown.
-    return tuple(v for v in values if v is not None) if all(v is not None for v in values) else ()
+        return measurement(common, run, samples, config, config_source, start, baseline, sol=sol)
