@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -49,14 +48,8 @@ from kernelwatch.harness.build.stage import (
     run_build,
 )
 from kernelwatch.harness.records import BuildMetrics
-from kernelwatch.harness.suite import (
-    BUILTIN_SUITE,
-    SuiteRef,
-    at_checkout,
-    in_repository,
-    is_file_target,
-)
-from kernelwatch.harness.worktree import RevisionError, checkout
+from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef, at_revision
+from kernelwatch.harness.worktree import RevisionError, checkout, top
 
 _ARCHS = ",".join(DEFAULT_ARCHS)
 _WORKERS = default_workers()
@@ -221,26 +214,9 @@ def _suite_at(suite: SuiteRef, rev: str | None) -> Iterator[SuiteRef]:
     if suite.root is None and suite.target != BUILTIN_SUITE:
         raise RevisionError(f"--rev needs --repo: which repository is {suite.target!r} in?")
     root = Path(suite.root) if suite.root else _kernelwatch_repo()
-    top = _top(root)
-    below = root.resolve().relative_to(top.resolve())
-    target = in_repository(suite.target, root)
-    if is_file_target(target) and not Path(target).is_absolute():
-        target = str(below / target)
-    src = below / suite.src if suite.src else below
-    with checkout(top, rev) as tree:
-        yield at_checkout(target, top, tree.path, None if src == Path() else str(src))
-
-
-def _top(repo: Path) -> Path:
-    """The top of the git repository ``repo`` is in."""
-    proc = None
-    if repo.is_dir():
-        proc = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True
-        )
-    if proc is None or proc.returncode != 0:
-        raise RevisionError(f"{repo} is not a git repository: pass --repo PATH to a checkout")
-    return Path(proc.stdout.strip())
+    repository = top(root)
+    with checkout(repository, rev) as tree:
+        yield at_revision(dataclasses.replace(suite, root=str(root)), repository, tree.path)
 
 
 def _kernelwatch_repo() -> Path:

@@ -8,7 +8,6 @@ Finds the repository's ``@triton.jit`` kernels without importing its code
 from __future__ import annotations
 
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +15,7 @@ import typer
 
 from kernelwatch.cli.app import app
 from kernelwatch.cli.console import fail, stderr
-from kernelwatch.harness import scaffold
+from kernelwatch.harness import gitcmd, scaffold
 
 CONFIG_FILE = "kernelwatch.toml"
 
@@ -43,7 +42,9 @@ def init(
     target = repo / suite
     if target.exists() and not force:
         fail(f"{target} exists: pass --force to overwrite it, or --suite NAME for another", code=2)
-    files = _git(repo, "ls-files", "--cached", "--others", "--exclude-standard", "--", "*.py")
+    files = gitcmd.probe(
+        repo, "ls-files", "--cached", "--others", "--exclude-standard", "--", "*.py"
+    )
     found = scaffold.scan(repo, (f for f in (files or "").splitlines() if f != suite))
     for note in found.skipped:
         stderr.print(f"skipped {note}", markup=False, highlight=False)
@@ -56,7 +57,7 @@ def init(
     if config.exists():
         stderr.print(f"kept {config} as it is: add the repository to it (docs/CONFIG.md)")
     else:
-        branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD") or "main"
+        branch = gitcmd.probe(repo, "rev-parse", "--abbrev-ref", "HEAD") or "main"
         branch = "main" if branch == "HEAD" else branch
         config.write_text(scaffold.render_config(repo, name, suite, found.src, branch))
         typer.echo(f"wrote {config}")
@@ -70,8 +71,3 @@ def init(
     here = config.resolve().parent == Path.cwd().resolve()
     settings = "" if here else f"KERNELWATCH_CONFIG={shlex.quote(str(config))} "
     typer.echo(f"  {settings}kernelwatch pr-check --base main --head HEAD")
-
-
-def _git(repo: Path, *args: str) -> str | None:
-    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else None

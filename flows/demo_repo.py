@@ -19,14 +19,14 @@ arguments, so the same arguments (and the same kernels) give the same commit SHA
 from __future__ import annotations
 
 import importlib.util
-import os
 import random
 import re
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+
+from kernelwatch.harness import gitcmd
 
 #: The suite module inside the demo repository (``--suite kwdemo --repo PATH``).
 SUITE_MODULE = "kwdemo"
@@ -371,16 +371,10 @@ def _commit(repo: Path, planned: PlannedCommit) -> str:
 
 
 def _git(repo: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
-    # The user's git configuration (signing, hooks, templates) must not change the commits:
-    # the SHAs are part of what the demo reproduces.
-    isolated = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    proc = subprocess.run(
-        ["git", *args],
-        cwd=repo,
-        env={**isolated, **(env or {})},
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise DemoError(f"git {args[0]} failed in {repo}: {proc.stderr.strip()}")
-    return proc.stdout.strip()
+    # gitcmd reads neither the user's git configuration nor the repository's hooks, so
+    # signing, hooks or templates cannot change the commits: the SHAs are part of what the
+    # demo reproduces.
+    try:
+        return gitcmd.run(repo, *args, env=env).strip()
+    except gitcmd.GitError as exc:
+        raise DemoError(str(exc)) from None

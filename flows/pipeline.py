@@ -25,7 +25,7 @@ from kernelwatch.harness.records import (
     Measurement,
     RunInfo,
 )
-from kernelwatch.harness.suite import SuiteRef, at_checkout
+from kernelwatch.harness.suite import SuiteRef, at_revision
 from kernelwatch.harness.supervise import (
     ABRequest,
     BenchRequest,
@@ -43,7 +43,8 @@ from kernelwatch.store.runfile import Run, RunRecord
 def suite_at(repo: RepositoryConfig, checkout: Path) -> SuiteRef:
     """The repository's suite as imported from one checkout: a suite file inside the
     repository is that checkout's, even when configured by its absolute path."""
-    return at_checkout(repo.suite, Path(repo.source).expanduser(), checkout, repo.src or None)
+    source = Path(repo.source).expanduser()
+    return at_revision(SuiteRef(repo.suite, str(source), repo.src or None), source, checkout)
 
 
 def build_stage(

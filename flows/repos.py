@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import subprocess
 from pathlib import Path
 
 from kernelwatch.config.settings import RepositoryConfig
+from kernelwatch.harness import gitcmd
 from kernelwatch.harness.records import CommitInfo
 from kernelwatch.harness.worktree import RevisionError, resolve
 
@@ -66,10 +66,7 @@ def revision(path: Path, rev: str) -> str:
     except RevisionError:
         if not _FULL_SHA.fullmatch(rev) or not (path / ".git").exists():
             raise
-    fetch = subprocess.run(
-        ["git", "fetch", "--quiet", "origin", rev], cwd=path, capture_output=True, text=True
-    )
-    if fetch.returncode != 0:
+    if not gitcmd.succeeds(path, "fetch", "--quiet", "origin", rev):
         raise RevisionError(
             f"commit {rev[:12]} is in no branch or pull request of {path} and origin would not "
             "serve it by SHA"
@@ -92,10 +89,7 @@ def commits_between(path: Path, good: str, bad: str) -> list[str]:
     good_sha, bad_sha = resolve(path, good), resolve(path, bad)
     if good_sha == bad_sha:
         raise RevisionError(f"good and bad are the same commit {good_sha[:12]}")
-    ancestor = subprocess.run(
-        ["git", "merge-base", "--is-ancestor", good_sha, bad_sha], cwd=path, capture_output=True
-    )
-    if ancestor.returncode != 0:
+    if not gitcmd.succeeds(path, "merge-base", "--is-ancestor", good_sha, bad_sha):
         raise RevisionError(f"{good_sha[:12]} is not an ancestor of {bad_sha[:12]}")
     out = _git_or_raise(
         path, "rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{good_sha}..{bad_sha}"
@@ -104,8 +98,7 @@ def commits_between(path: Path, good: str, bad: str) -> list[str]:
 
 
 def _git_or_raise(cwd: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise InfrastructureError(f"git {args[0]} in {cwd} failed: {last}")
-    return proc.stdout
+    try:
+        return gitcmd.run(cwd, *args)
+    except gitcmd.GitError as exc:
+        raise InfrastructureError(str(exc)) from None

@@ -7,12 +7,13 @@ import hashlib
 import importlib
 import importlib.util
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kernelwatch.harness import gitcmd
 
 if TYPE_CHECKING:  # spec imports torch; the supervising process never needs it
     from kernelwatch.harness.spec import Params, Suite
@@ -97,18 +98,27 @@ def in_repository(target: str, repository: Path) -> str:
         return target
 
 
-def at_checkout(target: str, repository: Path, checkout: Path, src: str | None) -> SuiteRef:
-    """The suite ``target``, configured for ``repository``, as imported from ``checkout`` (a
-    worktree of one of its revisions): a suite file inside the repository, relative or by
-    its absolute path there, is read from the checkout."""
-    return SuiteRef(in_repository(target, repository), str(checkout), src)
+def at_revision(suite: SuiteRef, top: Path, checkout: Path) -> SuiteRef:
+    """``suite`` as imported from ``checkout``, a worktree of one revision of the git
+    repository whose top is ``top``. The suite's ``root`` is a directory of that repository,
+    its top when None; one below the top (``repo/python``) stands for the same directory of
+    the worktree. A suite file inside the repository, relative to the root or by its
+    absolute path there, is that revision's. Both ``cli build --rev`` and the flows' stages
+    resolve a revision's suite here."""
+    root = Path(suite.root) if suite.root else top
+    below = root.resolve().relative_to(top.resolve())
+    target = in_repository(suite.target, root)
+    if is_file_target(target) and not Path(target).is_absolute():
+        target = str(below / target)
+    src = below / suite.src if suite.src else below
+    return SuiteRef(target, str(checkout), None if src == Path() else str(src))
 
 
 def source_of(path: Path) -> str:
     """Which file was imported, and from which revision: ``path`` relative to its git
     repository's top with the checkout's commit (``suite.py @ 3f2a9c01d2e4``), or the path
     alone outside a repository."""
-    top = _git(path.parent, "rev-parse", "--show-toplevel")
+    top = gitcmd.probe(path.parent, "rev-parse", "--show-toplevel")
     sha = revision_of(path.parent)
     if top is None or sha is None:
         return str(path)
@@ -118,7 +128,7 @@ def source_of(path: Path) -> str:
 def revision_of(directory: Path) -> str | None:
     """The commit checked out in the git repository holding ``directory``; None outside one
     (or when ``directory`` is missing: the import reports that)."""
-    return _git(directory, "rev-parse", "HEAD") if directory.is_dir() else None
+    return gitcmd.probe(directory, "rev-parse", "HEAD") if directory.is_dir() else None
 
 
 def _source(file: Path, ref: SuiteRef) -> str:
@@ -128,11 +138,6 @@ def _source(file: Path, ref: SuiteRef) -> str:
     if ref.revision and root is not None and file.resolve().is_relative_to(root):
         return f"{file.resolve().relative_to(root)} @ {ref.revision[:12]}"
     return source_of(file)
-
-
-def _git(cwd: Path, *args: str) -> str | None:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 @dataclass(frozen=True)

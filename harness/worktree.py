@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from kernelwatch.harness import gitcmd
 
 
 class RevisionError(ValueError):
@@ -30,10 +31,18 @@ def resolve(repo: Path, rev: str) -> str:
     """The full commit SHA ``rev`` names in ``repo``."""
     if not (repo / ".git").exists():
         raise RevisionError(f"{repo} is not a git repository: pass --repo PATH to a checkout")
-    proc = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-    if proc.returncode != 0:
+    sha = gitcmd.probe(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if sha is None:
         raise RevisionError(f"unknown revision {rev!r} in {repo}: check `git log` there")
-    return proc.stdout.strip()
+    return sha
+
+
+def top(directory: Path) -> Path:
+    """The top of the git repository holding ``directory``."""
+    path = gitcmd.probe(directory, "rev-parse", "--show-toplevel") if directory.is_dir() else None
+    if path is None:
+        raise RevisionError(f"{directory} is not a git repository: pass --repo PATH to a checkout")
+    return Path(path)
 
 
 @contextlib.contextmanager
@@ -45,15 +54,13 @@ def checkout(repo: Path, rev: str) -> Iterator[Checkout]:
     parent.chmod(0o755)
     path = parent / sha[:12]
     try:
-        proc = _git(repo, "worktree", "add", "--detach", "--quiet", str(path), sha)
-        if proc.returncode != 0:
-            raise RevisionError(f"git worktree add {sha[:12]} failed: {proc.stderr.strip()}")
+        try:
+            gitcmd.run(repo, "worktree", "add", "--detach", "--quiet", str(path), sha)
+        except gitcmd.GitError as exc:
+            raise RevisionError(f"cannot check out {sha[:12]}: {exc}") from None
         yield Checkout(path, sha)
     finally:
-        _git(repo, "worktree", "remove", "--force", str(path))
+        # Whatever the removal leaves (a worktree never made), rmtree and prune clear.
+        gitcmd.succeeds(repo, "worktree", "remove", "--force", str(path))
         shutil.rmtree(parent, ignore_errors=True)
-        _git(repo, "worktree", "prune")
-
-
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+        gitcmd.succeeds(repo, "worktree", "prune")

@@ -12,7 +12,7 @@ from gitrepo import git
 
 from kernelwatch.harness.suite import (
     SuiteRef,
-    at_checkout,
+    at_revision,
     in_repository,
     load_suite_isolated,
     locate,
@@ -24,11 +24,23 @@ def test_a_suite_inside_the_repository_is_read_from_the_checkout(tmp_path):
     repo, tree = tmp_path / "repo", tmp_path / "worktree"
     inside = str(repo / "suites" / "team.py")
     assert in_repository(inside, repo) == "suites/team.py"
-    assert at_checkout(inside, repo, tree, "src") == SuiteRef("suites/team.py", str(tree), "src")
-    assert at_checkout("team.py", repo, tree, None) == SuiteRef("team.py", str(tree))
+    at = SuiteRef(inside, str(repo), "src")
+    assert at_revision(at, repo, tree) == SuiteRef("suites/team.py", str(tree), "src")
+    assert at_revision(SuiteRef("team.py"), repo, tree) == SuiteRef("team.py", str(tree))
     outside = str(tmp_path / "elsewhere" / "suite.py")
-    assert at_checkout(outside, repo, tree, None).target == outside
-    assert at_checkout("team.kernels", repo, tree, None).target == "team.kernels"
+    assert at_revision(SuiteRef(outside, str(repo)), repo, tree).target == outside
+    assert at_revision(SuiteRef("team.kernels"), repo, tree).target == "team.kernels"
+
+
+def test_a_root_below_the_top_is_the_same_place_in_the_checkout(tmp_path):
+    repo, tree = tmp_path / "repo", tmp_path / "worktree"
+    below = str(repo / "python")
+    assert at_revision(SuiteRef("suite.py", below), repo, tree) == SuiteRef(
+        "python/suite.py", str(tree), "python"
+    )
+    assert at_revision(SuiteRef("team.kernels", below, "src"), repo, tree) == SuiteRef(
+        "team.kernels", str(tree), "python/src"
+    )
 
 
 def test_a_relative_suite_only_the_current_directory_has_is_that_file(tmp_path):
@@ -45,7 +57,7 @@ def test_a_relative_suite_only_the_current_directory_has_is_that_file(tmp_path):
     # From a source root, a file at the repository's top: a revision reads its own.
     found = locate("in_repo.py", repo / "src", repo)
     assert found == str((repo / "in_repo.py").resolve())
-    assert at_checkout(found, repo, tmp_path / "tree", "src").target == "in_repo.py"
+    assert at_revision(SuiteRef(found, str(repo)), repo, tmp_path / "tree").target == "in_repo.py"
     assert locate("nowhere.py", repo, here) == "nowhere.py"
     assert locate("team.kernels", repo, here) == "team.kernels"
 
