@@ -1,10 +1,11 @@
 """Whether the timing can be trusted: the GPU self-check's questions, judged.
 
-Pure functions over the self-check's data (``cli/selfcheck_stages.py`` gathers it; the shape of
-each stage's data is in ``harness/timing/selfcheck.py`` and below). Every question gets one
-:class:`Finding`: ``pass``, ``fail``, ``incomplete`` (the data to settle it is missing: a
-stage that did not run, ran out of time, or a tool that cannot run here) or ``skipped`` (not
-applicable on this host). The thresholds are declared here, once, and quoted in each line.
+Pure functions over the self-check's data (``harness/selfcheck_stages.py`` gathers it; the
+shape of each stage's data is in ``harness/timing/selfcheck.py`` and below). Every question
+gets one :class:`Finding`: ``pass``, ``fail``, ``incomplete`` (the data to settle it is
+missing: a stage that did not run, ran out of time, or a tool that cannot run here) or
+``skipped`` (not applicable on this host). The thresholds are declared here, once, and quoted
+in each line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from kernelwatch.analysis.verdict import compare_measurements
+from kernelwatch.harness.records import Measurement
 
 PASS, FAIL, INCOMPLETE, SKIPPED = "pass", "fail", "incomplete", "skipped"
 
@@ -90,6 +94,28 @@ def judge(data: Mapping[str, Any]) -> list[Finding]:
             status, line, details = judges[key](stage, data)
             findings.append(Finding(key, question, status, line, tuple(details)))
     return findings
+
+
+def settled(findings: Sequence[Finding]) -> bool:
+    """Every question passed or did not apply."""
+    return not any(f.status in (FAIL, INCOMPLETE) for f in findings)
+
+
+def pair_verdict(base: Measurement, head: Measurement) -> dict[str, Any]:
+    """An A/A case's verdict and its numbers as ``aa.json`` keeps them (what :func:`judge`
+    reads back), not the samples."""
+    verdict = compare_measurements(base, head)
+    return {
+        "verdict": verdict.verdict,
+        "ratio": verdict.ratio,
+        "ci_low": verdict.ci_low,
+        "ci_high": verdict.ci_high,
+        "n_a": verdict.n_a,
+        "n_b": verdict.n_b,
+        "cycle_verdict": verdict.cycle_verdict,
+        "same_config": base.config == head.config,
+        "verdict_reason": verdict.reason,
+    }
 
 
 Judged = tuple[str, str, list[str]]

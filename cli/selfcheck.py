@@ -1,11 +1,13 @@
 """``kernelwatch selfcheck``: whether the timing can be trusted on this GPU, in one run.
 
-Kernel code runs only in child processes (``cli/selfcheck_stages.py``); this process keeps the
-report folder current as each stage finishes.
+The stages, their deadlines and the report folder are ``harness/selfcheck_stages.py``'s (kernel
+code runs only in child processes); the judging is ``analysis/trust.py``'s and the summary
+``report/trust_summary.py``'s, passed to the harness from here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from kernelwatch.analysis import trust
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import (
     KernelOption,
@@ -24,11 +27,36 @@ from kernelwatch.cli.arguments import (
     suite_ref,
 )
 from kernelwatch.cli.console import fail, progress, stderr
-from kernelwatch.cli.selfcheck_stages import ChildBackend, SelfcheckPlan, run_selfcheck_stages
+from kernelwatch.harness.selfcheck_stages import (
+    Backend,
+    ChildBackend,
+    Judging,
+    Outcome,
+    SelfcheckPlan,
+    run_stages,
+)
 from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import SelectionUnavailable
+from kernelwatch.report.trust_summary import render
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "incomplete": "yellow", "skipped": "dim"}
+
+#: What the harness leaves to analysis and report: the A/A verdicts, the findings, the summary.
+JUDGING = Judging(
+    pair=trust.pair_verdict, findings=trust.judge, summary=render, settled=trust.settled
+)
+
+
+def run_selfcheck_stages(
+    plan: SelfcheckPlan,
+    backend: Backend,
+    out_root: Path,
+    day: date,
+    on_stage: Callable[[str], None] = lambda message: None,
+) -> Outcome[trust.Finding]:
+    """The harness's self-check, judged by ``analysis/trust.py`` (``on_stage`` gets each
+    stage's name and the measurements' progress)."""
+    return run_stages(plan, backend, JUDGING, out_root, day, on_stage)
 
 
 @app.command()

@@ -16,12 +16,7 @@ import pytest
 from fakegpu import FakeGpu, doubling_spec
 
 from kernelwatch.analysis import trust
-from kernelwatch.cli.selfcheck_stages import (
-    SelfcheckPlan,
-    gpu_slug,
-    parse_ncu_durations,
-    run_selfcheck_stages,
-)
+from kernelwatch.cli.selfcheck import run_selfcheck_stages
 from kernelwatch.harness.correctness import check_case
 from kernelwatch.harness.device import Device
 from kernelwatch.harness.records import (
@@ -31,6 +26,7 @@ from kernelwatch.harness.records import (
     SoftwareInfo,
 )
 from kernelwatch.harness.runner import finite
+from kernelwatch.harness.selfcheck_stages import SelfcheckPlan, gpu_slug, parse_ncu_durations
 from kernelwatch.harness.spec import Suite
 from kernelwatch.harness.suite import select_tasks
 from kernelwatch.harness.supervise import ABRequest, CheckRequest

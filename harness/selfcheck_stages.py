@@ -17,9 +17,14 @@ Four stages, each in fresh child processes (kernel code never runs here):
 Each stage may run until its share of the deadline (what the later stages reserve is kept
 for them); a stage that overruns is stopped and keeps what it measured. After every stage,
 and after every record of the long ones, the folder ``<out>/<gpu>-<date>/`` gets each stage's
-JSON, ``selfcheck.json`` (every question's finding, ``analysis/trust.py``) and
-``summary.md``, so a run cut short still leaves its report. The :class:`Backend` runs the
-stages: child processes here, an in-process simulated GPU in the tests.
+JSON, ``selfcheck.json`` (every question's finding) and ``summary.md``, so a run cut short
+still leaves its report. The :class:`Backend` runs the stages: child processes here, an
+in-process simulated GPU in the tests.
+
+What the harness measures it does not judge: the A/A verdicts, the findings and the summary
+come from the caller as a :class:`Judging` (``analysis/trust.py`` and
+``report/trust_summary.py``, which the harness may not import; ``cli/selfcheck.py`` passes
+them).
 """
 
 from __future__ import annotations
@@ -30,15 +35,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-from kernelwatch.analysis.trust import FAIL, INCOMPLETE, Finding, judge
-from kernelwatch.analysis.verdict import compare_measurements
-from kernelwatch.harness.records import ABMeasurement, CorrectnessResult
+from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measurement
 from kernelwatch.harness.suite import SuiteRef
 from kernelwatch.harness.supervise import (
     ABRequest,
@@ -165,6 +168,24 @@ class ChildBackend:
         }
 
 
+#: A finding (a dataclass: ``selfcheck.json`` keeps it as ``asdict`` writes it).
+F = TypeVar("F")
+
+
+@dataclass(frozen=True)
+class Judging(Generic[F]):
+    """The self-check's decisions, passed in by the caller. ``pair``: an A/A case's verdict
+    fields as ``aa.json`` keeps them, from its two measurements; ``findings``: every
+    question's finding from the stages' data so far; ``summary``: ``summary.md`` from the
+    findings, the data, each stage's line, the seconds taken and the deadline;
+    ``settled``: whether the findings let the self-check exit 0."""
+
+    pair: Callable[[Measurement, Measurement], dict[str, Any]]
+    findings: Callable[[Mapping[str, Any]], list[F]]
+    summary: Callable[[list[F], Mapping[str, Any], Mapping[str, str], float, float], str]
+    settled: Callable[[list[F]], bool]
+
+
 _UNITS_NS = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
 
 
@@ -186,12 +207,12 @@ def parse_ncu_durations(text: str) -> list[float]:
     return durations
 
 
-class _Report:
+class _Report(Generic[F]):
     """The report folder, rewritten after every step: each stage's JSON, the findings, and
     the markdown summary."""
 
-    def __init__(self, out_root: Path, day: date, plan: SelfcheckPlan) -> None:
-        self.out_root, self.day, self.plan = out_root, day, plan
+    def __init__(self, out_root: Path, day: date, plan: SelfcheckPlan, judging: Judging[F]) -> None:
+        self.out_root, self.day, self.plan, self.judging = out_root, day, plan, judging
         self.data: dict[str, dict[str, Any]] = {}
         self.stages: dict[str, str] = {}
         self.folder: Path | None = None
@@ -202,13 +223,11 @@ class _Report:
         self.seconds = seconds
         self.write(stage)
 
-    def write(self, stage: str | None = None) -> list[Finding]:
-        from kernelwatch.report.trust_summary import render
-
+    def write(self, stage: str | None = None) -> list[F]:
         folder = self._folder()
         if stage is not None:
             _write_json(folder / f"{stage}.json", self.data[stage])
-        findings = judge(self.data)
+        findings = self.judging.findings(self.data)
         _write_json(
             folder / "selfcheck.json",
             {
@@ -219,7 +238,9 @@ class _Report:
                 "findings": [asdict(f) for f in findings],
             },
         )
-        summary = render(findings, self.data, self.stages, self.seconds, self.plan.deadline_s)
+        summary = self.judging.summary(
+            findings, self.data, self.stages, self.seconds, self.plan.deadline_s
+        )
         (folder / "summary.md").write_text(summary)
         return findings
 
@@ -248,30 +269,28 @@ def _write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-@dataclass
-class Outcome:
-    """Where the report is, and what it found."""
+@dataclass(frozen=True)
+class Outcome(Generic[F]):
+    """Where the report is, what it found, and whether that settles the timing here."""
 
     folder: Path
-    findings: list[Finding]
-
-    @property
-    def settled(self) -> bool:
-        """Every question passed or did not apply."""
-        return not any(f.status in (FAIL, INCOMPLETE) for f in self.findings)
+    findings: list[F]
+    settled: bool
 
 
-def run_selfcheck_stages(
+def run_stages(
     plan: SelfcheckPlan,
     backend: Backend,
+    judging: Judging[F],
     out_root: Path,
     day: date,
     progress: Callable[[str], None] = lambda message: None,
-) -> Outcome:
+) -> Outcome[F]:
     """Run every stage within ``plan.deadline_s`` and keep the report current as they go; a
     stage whose child dies is reported and the next one runs. Raises the supervisor's
     SelectionUnavailable for kernels or workloads the suite lacks."""
-    run = _Run(plan, backend, _Report(out_root, day, plan), backend.clock(), progress)
+    report = _Report(out_root, day, plan, judging)
+    run = _Run(plan, backend, report, backend.clock(), progress)
     stages = [(name, s) for name, s in STAGES if name != "ncu" or backend.has_ncu()]
     scale = plan.deadline_s / sum(share for _, share in stages)
     for index, (stage, _) in enumerate(stages):
@@ -295,7 +314,7 @@ def run_selfcheck_stages(
     run.report.seconds = backend.clock() - run.start
     findings = run.report.write()
     assert run.report.folder is not None
-    return Outcome(run.report.folder, findings)
+    return Outcome(run.report.folder, findings, judging.settled(findings))
 
 
 @dataclass(frozen=True)
@@ -304,7 +323,7 @@ class _Run:
 
     plan: SelfcheckPlan
     backend: Backend
-    report: _Report
+    report: _Report[Any]
     start: float
     progress: Callable[[str], None]
 
@@ -380,10 +399,13 @@ def _aa(run: _Run, stop_at: float) -> None:
         options=plan.ab_options,
         **_selection(plan, stop_at),
     )
-    run.records("aa", lambda planned: run.backend.pairs(request, planned), _pair)
+    pair = run.report.judging.pair
+    run.records("aa", lambda planned: run.backend.pairs(request, planned), lambda r: _pair(r, pair))
 
 
-def _pair(record: ABMeasurement) -> dict[str, Any]:
+def _pair(
+    record: ABMeasurement, verdict: Callable[[Measurement, Measurement], dict[str, Any]]
+) -> dict[str, Any]:
     """One A/A case as the report keeps it: the verdict and its numbers, not the samples."""
     row: dict[str, Any] = {
         "kernel": record.case.kernel,
@@ -393,18 +415,7 @@ def _pair(record: ABMeasurement) -> dict[str, Any]:
         "verdict": None,
     }
     if record.status == "ok" and record.base is not None and record.head is not None:
-        verdict = compare_measurements(record.base, record.head)
-        row.update(
-            verdict=verdict.verdict,
-            ratio=verdict.ratio,
-            ci_low=verdict.ci_low,
-            ci_high=verdict.ci_high,
-            n_a=verdict.n_a,
-            n_b=verdict.n_b,
-            cycle_verdict=verdict.cycle_verdict,
-            same_config=record.base.config == record.head.config,
-            verdict_reason=verdict.reason,
-        )
+        row.update(verdict(record.base, record.head))
     return row
 
 

@@ -1,0 +1,236 @@
+"""The self-check's scheduler and report folder (``harness/selfcheck_stages.py``) on their own:
+a scripted backend on a manual clock, whose stages take the seconds they are given whatever
+their deadline, and a recording judging in place of ``analysis/trust.py``'s.
+``test_selfcheck.py`` runs the same scheduler end to end on a simulated GPU."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+from factories import CASE, DEVICE, METHOD, SOFTWARE, correctness, measurement
+
+from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measurement
+from kernelwatch.harness.selfcheck_stages import (
+    MIN_STAGE_S,
+    STAGES,
+    Judging,
+    Outcome,
+    SelfcheckPlan,
+    parse_ncu_durations,
+    run_stages,
+)
+from kernelwatch.harness.supervise import ABRequest, CheckRequest, SuiteError
+
+START = 1000.0
+DAY = date(2025, 1, 2)
+SHARES = sum(share for _, share in STAGES)
+
+
+@dataclass
+class ScriptedBackend:
+    """Each stage takes ``took[stage]`` seconds (1 s unless told) and records the deadline it
+    was given; a stage in ``dies`` raises the supervisor's SuiteError."""
+
+    took: dict[str, float] = field(default_factory=dict)
+    dies: tuple[str, ...] = ()
+    ncu_present: bool = True
+    device_name: str = "NVIDIA H200"
+    now: float = START
+    stop_at: dict[str, float] = field(default_factory=dict)
+
+    def clock(self) -> float:
+        return self.now
+
+    def _spend(self, stage: str, stop_at: float | None) -> None:
+        assert stop_at is not None
+        self.stop_at[stage] = stop_at
+        if stage in self.dies:
+            raise SuiteError(f"the {stage} runner was killed by signal 9: out of memory")
+        self.now += self.took.get(stage, 1.0)
+
+    def measurements(
+        self, plan: SelfcheckPlan, stop_at: float, progress: Callable[[str], None]
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        self._spend("measurements", stop_at)
+        yield "device", {"device": {"name": self.device_name}}
+
+    def checks(
+        self, request: CheckRequest, on_plan: Callable[[int], None]
+    ) -> Iterator[CorrectnessResult]:
+        on_plan(3)
+        self._spend("correctness", request.stop_at)
+        yield correctness()
+
+    def pairs(self, request: ABRequest, on_plan: Callable[[int], None]) -> Iterator[ABMeasurement]:
+        on_plan(2)
+        self._spend("aa", request.stop_at)
+        base, head = measurement(), measurement(samples_ns=(1100.0, 1110.0, 1090.0))
+        yield ABMeasurement(CASE, "ok", "", METHOD, DEVICE, SOFTWARE, base, head)
+        yield ABMeasurement(CASE, "error", "the B side raised", METHOD, DEVICE, SOFTWARE)
+
+    def has_ncu(self) -> bool:
+        return self.ncu_present
+
+    def ncu(self, plan: SelfcheckPlan, stop_at: float) -> dict[str, Any]:
+        self._spend("ncu", stop_at)
+        return {"available": True, "ncu_ns": [284_100.0]}
+
+
+@dataclass(frozen=True)
+class Found:
+    """A finding as the recording judging makes it: how many stages had data."""
+
+    stages: int
+    status: str
+
+
+@dataclass
+class Recorder:
+    """A judging that records what the scheduler handed it."""
+
+    settle: bool = True
+    summaries: list[tuple[dict[str, str], float, float]] = field(default_factory=list)
+
+    def pair(self, base: Measurement, head: Measurement) -> dict[str, Any]:
+        assert base.summary is not None and head.summary is not None
+        return {"verdict": "SLOWER", "ratio": head.summary.median_ns / base.summary.median_ns}
+
+    def findings(self, data: Mapping[str, Any]) -> list[Found]:
+        return [Found(len(data), "pass")]
+
+    def summary(
+        self,
+        findings: list[Found],
+        data: Mapping[str, Any],
+        stages: Mapping[str, str],
+        seconds: float,
+        deadline_s: float,
+    ) -> str:
+        self.summaries.append((dict(stages), seconds, deadline_s))
+        return f"{findings[0].stages} stages judged\n"
+
+    def judging(self) -> Judging[Found]:
+        return Judging(self.pair, self.findings, self.summary, lambda found: self.settle)
+
+
+def _run(
+    backend: ScriptedBackend,
+    tmp_path: Path,
+    deadline_s: float = SHARES,
+    recorder: Recorder | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> Outcome[Found]:
+    plan = SelfcheckPlan(deadline_s=deadline_s)
+    judging = (recorder or Recorder()).judging()
+    return run_stages(plan, backend, judging, tmp_path, DAY, progress)
+
+
+def _report(outcome: Outcome[Found]) -> dict[str, Any]:
+    return json.loads((outcome.folder / "selfcheck.json").read_text())
+
+
+def test_each_stage_may_run_until_its_share_of_the_deadline_counted_from_the_start(tmp_path):
+    backend = ScriptedBackend()
+    messages: list[str] = []
+    outcome = _run(backend, tmp_path, deadline_s=2 * SHARES, progress=messages.append)
+    assert messages == ["measurements", "correctness", "aa", "ncu"]
+    shares = dict(STAGES)
+    assert backend.stop_at == {
+        "measurements": START + 2 * shares["measurements"],
+        "correctness": START + 2 * (shares["measurements"] + shares["correctness"]),
+        "aa": START + 2 * (SHARES - shares["ncu"]),
+        "ncu": START + 2 * SHARES,
+    }
+    report = _report(outcome)
+    assert report["stages"] == dict.fromkeys(backend.stop_at, "done in 1 s")
+    assert report["seconds"] == 4.0 and report["deadline_s"] == 2 * SHARES
+
+
+def test_without_ncu_its_share_goes_to_the_other_stages_and_the_report_says_it_was_skipped(
+    tmp_path,
+):
+    backend = ScriptedBackend(ncu_present=False)
+    outcome = _run(backend, tmp_path, deadline_s=100.0)
+    assert set(backend.stop_at) == {"measurements", "correctness", "aa"}
+    assert backend.stop_at["aa"] == START + 100.0
+    assert _report(outcome)["stages"]["ncu"] == "skipped: ncu is not on this host"
+    assert json.loads((outcome.folder / "ncu.json").read_text()) == {"available": False}
+
+
+def test_a_stage_that_overruns_is_reported_stopped_and_one_left_too_little_time_is_not_run(
+    tmp_path,
+):
+    shares = dict(STAGES)
+    # The measurements run past the correctness stage's end, less than MIN_STAGE_S before it.
+    took = shares["measurements"] + shares["correctness"] - MIN_STAGE_S / 2
+    backend = ScriptedBackend(took={"measurements": took})
+    outcome = _run(backend, tmp_path)
+    stages = _report(outcome)["stages"]
+    assert stages["measurements"] == f"stopped at its deadline in {took:.0f} s"
+    assert stages["correctness"] == "not run: out of time"
+    assert "correctness" not in backend.stop_at
+    assert not (outcome.folder / "correctness.json").exists()
+    assert stages["aa"] == stages["ncu"] == "done in 1 s"
+
+
+def test_a_stage_whose_child_dies_is_reported_and_the_next_stages_still_run(tmp_path):
+    outcome = _run(ScriptedBackend(dies=("correctness",)), tmp_path)
+    stages = _report(outcome)["stages"]
+    assert stages["correctness"] == (
+        "failed: the correctness runner was killed by signal 9: out of memory in 0 s"
+    )
+    assert stages["aa"] == stages["ncu"] == "done in 1 s"
+    assert (outcome.folder / "aa.json").exists()
+
+
+def test_the_report_folder_holds_each_stage_and_what_the_judging_made_of_them(tmp_path):
+    recorder = Recorder(settle=False)
+    outcome = _run(ScriptedBackend(), tmp_path, recorder=recorder)
+    assert outcome.folder == tmp_path / "h200-2025-01-02"
+    assert outcome.findings == [Found(4, "pass")] and not outcome.settled
+    assert {p.name for p in outcome.folder.iterdir()} == {
+        "selfcheck.json", "summary.md", "device.json", "correctness.json", "aa.json", "ncu.json",
+    }  # fmt: skip
+    report = _report(outcome)
+    assert report["device"] == {"name": "NVIDIA H200"}
+    assert report["findings"] == [{"stages": 4, "status": "pass"}]
+    assert (outcome.folder / "summary.md").read_text() == "4 stages judged\n"
+    assert recorder.summaries[-1] == (report["stages"], 4.0, SHARES)
+    aa = json.loads((outcome.folder / "aa.json").read_text())
+    assert aa["planned"] == 2
+    ok, error = aa["cases"]
+    assert ok["status"] == "ok" and ok["verdict"] == "SLOWER"
+    assert ok["ratio"] == pytest.approx(1.1)
+    assert error == {"kernel": "rms_norm", "case": CASE.label(), "status": "error",
+                     "reason": "the B side raised", "verdict": None}  # fmt: skip
+    checks = json.loads((outcome.folder / "correctness.json").read_text())
+    assert checks["planned"] == 3 and checks["cases"][0]["verdict"] == "pass"
+
+
+def test_a_second_run_on_the_same_day_gets_its_own_folder_and_a_nameless_device_a_generic_one(
+    tmp_path,
+):
+    first = _run(ScriptedBackend(), tmp_path)
+    second = _run(ScriptedBackend(), tmp_path)
+    assert second.folder == first.folder.with_name("h200-2025-01-02-2")
+    assert _run(ScriptedBackend(device_name=""), tmp_path).folder.name == "unknown-gpu-2025-01-02"
+
+
+def test_ncu_durations_in_every_unit_and_rows_without_a_number_are_left_out():
+    header = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+    rows = [
+        '"0","k","gpu__time_duration.sum","msecond","1.5"',
+        '"1","k","gpu__time_duration.sum","nsecond","1,250"',
+        '"2","k","gpu__time_duration.sum","second","0.000002"',
+        '"3","k","gpu__time_duration.sum","usecond","n/a"',
+        '"4","k","gpu__time_duration.sum","cycle","900"',
+    ]
+    text = "\n".join(["==PROF== Disconnected from process 1", header, *rows])
+    assert parse_ncu_durations(text) == pytest.approx([1_500_000.0, 1_250.0, 2_000.0])
+    assert parse_ncu_durations("") == []
