@@ -27,7 +27,7 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableSort,
 )
 
-from kernelwatch.dashboards import families, links
+from kernelwatch.dashboards import links
 from kernelwatch.dashboards.sqlquery import DATASOURCE, Format, Sql
 
 TAG = "kernelwatch"
@@ -99,11 +99,16 @@ def repository_variable() -> sdk.QueryVariable:
 
 
 def kernel_variable(*, multi: bool, source: str = "report_series") -> sdk.QueryVariable:
-    """Kernels of the chosen repository in ``source``, labelled with their family."""
+    """Kernels of the chosen repository in ``source`` (a view with ``repository`` and
+    ``kernel``), each as ``__value``, labelled ``family / kernel`` as ``__text`` with the
+    family its spec declares (``report_kernels``), or by its name alone when it has none."""
     return variable(
         "kernel",
         "Kernel",
-        families.labelled_kernels(source),
+        "SELECT DISTINCT CASE WHEN k.family <> '' THEN k.family || ' / ' || k.kernel "
+        "ELSE k.kernel END AS __text, k.kernel AS __value FROM report_kernels k "
+        f"WHERE k.repository = '$repository' AND k.kernel IN (SELECT kernel FROM {source} "
+        "WHERE repository = '$repository') ORDER BY 1",
         multi=multi,
         include_all=multi,
     )

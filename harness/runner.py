@@ -5,7 +5,8 @@ hang or a corrupted CUDA context costs one case, not the run (see ``supervise.py
 
 Protocol: a JSON plan on stdin's first line (with the key of the result channel); signed
 JSON lines on stdout (``channel.py``), in order:
-``{"event": "plan", "tasks": [...], "device": {...}, "software": {...}, "method": ...}``, then
+``{"event": "plan", "tasks": [...], "device": {...}, "software": {...}, "method": ...,
+"families": {kernel: family}}``, then
 per case ``{"event": "begin", "task": i}`` and ``{"event": "result", "task": i, "record": {...}}``.
 The plan's ``mode`` is ``check`` (correctness records), ``bench`` (measurement records; the
 plan event carries the timing method), ``ab`` (A/B records: the suite of checkout A, the
@@ -34,7 +35,12 @@ from dataclasses import asdict, replace
 from typing import IO, TYPE_CHECKING, Any
 
 from kernelwatch.harness.jail import loopback_up
-from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measurement
+from kernelwatch.harness.records import (
+    ABMeasurement,
+    CorrectnessResult,
+    Measurement,
+    in_family,
+)
 
 if TYPE_CHECKING:  # kernel-side modules are imported only after the device is chosen
     from kernelwatch.harness.device import Device
@@ -94,6 +100,9 @@ def main() -> int:
     run_case, method = _case_runner(plan, suites, device, software, emit, ranks)
     if run_case is None:
         return EXIT_FATAL
+    # Each record names its kernel's family as the spec declares it (in ab mode, B's: the
+    # head's declaration), whichever stage made it.
+    families = {spec.name: spec.family for s in reversed(suites) for spec in s.kernels}
     emit(
         {
             "event": "plan",
@@ -102,13 +111,14 @@ def main() -> int:
             "device": asdict(device.info),
             "software": asdict(software[0]),
             "method": method,
+            "families": families,
         }
     )
     try:
         for index in range(int(plan.get("start", 0)), len(tasks)):
             task = tasks[index]
             emit({"event": "begin", "task": index})
-            record = run_case(task)
+            record = in_family(run_case(task), families[task.kernel])
             emit({"event": "result", "task": index, "record": record.to_json()})
             outcome = record.verdict if isinstance(record, CorrectnessResult) else record.status
             if outcome == "error" and device.info.kind == "cuda":

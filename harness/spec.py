@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kernelwatch.harness.records import LaunchConfig
+from kernelwatch.harness.records import LaunchConfig, default_family
 
 __all__ = [
     "COLLECTIVES",
@@ -124,6 +124,9 @@ class KernelSpec:
     - ``inplace``: outputs the kernel writes into its inputs, by output name (:class:`InPlace`).
     - ``reference(inputs, params)``: the expected outputs; called with every floating-point
       input converted to float64.
+    - ``family``: the family the dashboards' kernel pickers list the kernel in
+      (``attention / paged_decode_attention``); by default the one its name gives
+      (:func:`~kernelwatch.harness.records.default_family`), "" for none.
     """
 
     name: str
@@ -147,6 +150,10 @@ class KernelSpec:
     deterministic: bool = True
     call: Callable[[Tensors, Params], Mapping[str, torch.Tensor]] | None = None
     inplace: Mapping[str, InPlace] = field(default_factory=dict)
+    family: str | None = None
+
+    def __post_init__(self) -> None:
+        _default_family(self)
 
     def cases(self, workload: str) -> tuple[Params, ...]:
         """The cases of one named workload; raises ``KeyError`` naming the valid ones."""
@@ -222,6 +229,7 @@ class DistributedSpec:
       rank's inputs in float64.
     - ``collective`` and ``message_bytes(params, elem)``: the nccl-tests bus-bandwidth
       formula and its byte count S (docs/DISTRIBUTED.md).
+    - ``family``: as on :class:`KernelSpec`.
     """
 
     name: str
@@ -237,8 +245,18 @@ class DistributedSpec:
     dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
     tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
     deterministic: bool = True
+    family: str | None = None
+
+    def __post_init__(self) -> None:
+        _default_family(self)
 
     cases = KernelSpec.cases
+
+
+def _default_family(spec: KernelSpec | DistributedSpec) -> None:
+    # None stands for "not declared": the spec's family is then the one its name gives.
+    if spec.family is None:
+        object.__setattr__(spec, "family", default_family(spec.name))
 
 
 @dataclass(frozen=True)
@@ -291,6 +309,8 @@ def _validate_spec(spec: KernelSpec | DistributedSpec) -> list[str]:
     problems = _validate_world(spec) if isinstance(spec, DistributedSpec) else []
     if not _NAME.match(spec.name):
         problems.append(f"name must match {_NAME.pattern}")
+    if spec.family and not _NAME.match(spec.family):
+        problems.append(f"family {spec.family!r} must be empty or match {_NAME.pattern}")
     unknown = [d for d in spec.dtypes if d not in DTYPES]
     if unknown or not spec.dtypes:
         problems.append(f"dtypes {list(spec.dtypes)} must be a non-empty subset of {list(DTYPES)}")

@@ -128,6 +128,7 @@ class _Context:
     device: DeviceInfo | None = None
     software: SoftwareInfo | None = None
     method: Method | None = None
+    families: dict[str, str] = field(default_factory=dict)
     planned: bool = False
     # Values a child measured once for the whole run (ceilings), handed to later children.
     carry: dict[str, Any] = field(default_factory=dict)
@@ -387,6 +388,7 @@ def _take_plan(ctx: _Context, event: dict[str, Any]) -> None:
     ctx.device = DeviceInfo(**event["device"])
     ctx.software = SoftwareInfo(**event["software"])
     ctx.method = Method(**event["method"]) if event.get("method") else None
+    ctx.families = dict(event["families"])
 
 
 #: How the reason of a case begins when its child process died or hung in it (``death``,
@@ -406,7 +408,8 @@ def _failure(
     """The record of a case the child died or hung in, in the kind the mode produces."""
     assert ctx.device is not None and ctx.software is not None
     task = ctx.tasks[index]
-    case = CaseId(ctx.suite, task.kernel, task.workload, task.params, task.dtype)
+    case = CaseId(ctx.suite, task.kernel, task.workload, task.params, task.dtype,
+                  ctx.families[task.kernel])  # fmt: skip
     common = {"case": case, "reason": reason, "device": ctx.device, "software": ctx.software}
     if ctx.method is None:
         return CorrectnessResult(

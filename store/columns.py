@@ -224,7 +224,7 @@ BUILDS = Table(
     (
         server("id", "bigint"),
         given("run_id", "bigint"),
-        given("kernel_id", "integer", "suite", "kernel"),
+        given("kernel_id", "integer", "suite", "kernel", "family"),
         read("function", "text"),
         read("language", "text"),
         read("arch", "text"),

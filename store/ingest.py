@@ -89,6 +89,9 @@ class Ingester:
         self._ids: dict[tuple[Any, ...], int] = {}
         self._pending: dict[tuple[Any, ...], int] = {}
         self._keys: dict[tuple[Any, ...], str] = {}
+        # Kernel id -> the family this connection has seen committed for it, and pending.
+        self._families: dict[int, str] = {}
+        self._pending_families: dict[int, str] = {}
 
     def ingest(self, run: Run) -> IngestResult:
         """Store ``run`` and all its records in one transaction, or nothing at all. Text the
@@ -96,6 +99,7 @@ class Ingester:
         run = storable(run)
         info = run.info
         self._pending = {}
+        self._pending_families = {}
         with self.conn.transaction():
             cur = self.conn.cursor()
             found = cur.execute("SELECT 1 FROM runs WHERE run_id = %s", (info.run_id,))
@@ -108,10 +112,12 @@ class Ingester:
             if inserted is None:  # a concurrent writer committed the same run first
                 return IngestResult(info.run_id, stored=False)
             run_pk, started_at = inserted
+            self._kernel_families(cur, info, [*builds, *checks, *measurements])
             samples = self._measurements(cur, info, run_pk, started_at, measurements)
             self._correctness(cur, info, run_pk, checks)
             self._builds(cur, info, run_pk, builds)
         self._ids.update(self._pending)
+        self._families.update(self._pending_families)
         return IngestResult(info.run_id, True, len(measurements), samples, len(checks), len(builds))
 
     def _insert_run(
@@ -324,6 +330,37 @@ class Ingester:
             ORDER BY n.id, o.created_at DESC""",
             (info.started_at, new_ids, new_ids),
         )
+
+    def _kernel_families(
+        self,
+        cur: psycopg.Cursor,
+        info: RunInfo,
+        records: Sequence[BuildMetrics | CorrectnessResult | Measurement],
+    ) -> None:
+        """Store each kernel's family as the run's records name it (a check's or a timing's
+        over a build's): a new kernel takes it, and a run on the tracked branch moves a known
+        kernel to it. A kernel's family is the one its latest nightly declared; a PR check or
+        a bisection probe of an older commit leaves it."""
+        named = {
+            (r.suite, r.kernel) if isinstance(r, BuildMetrics) else (r.case.suite, r.case.kernel):
+                r.family if isinstance(r, BuildMetrics) else r.case.family
+            for r in records
+        }  # fmt: skip
+        repository_id = self._repository(cur, info.repository)
+        # In name order, as the kernels of new series: concurrent runs lock in one order.
+        for (suite, name), family in sorted(named.items()):
+            kernel_id = self._dimension(
+                cur,
+                "kernels",
+                {"repository_id": repository_id, "suite": suite, "name": name},
+                {"family": family},
+            )
+            if info.trigger in HISTORY_TRIGGERS and self._families.get(kernel_id) != family:
+                cur.execute(
+                    "UPDATE kernels SET family = %s WHERE id = %s AND family <> %s",
+                    (family, kernel_id, family),
+                )
+                self._pending_families[kernel_id] = family
 
     def _configs(
         self, cur: psycopg.Cursor, configs: Iterable[LaunchConfig | None]

@@ -6,7 +6,7 @@ import pytest
 
 from kernelwatch.harness.correctness import check_case
 from kernelwatch.harness.cuda_kernel import CPU_REASON
-from kernelwatch.harness.spec import validate_suite
+from kernelwatch.harness.spec import DistributedSpec, KernelSpec, validate_suite
 from kernelwatch.kernels import SUITE
 
 REQUIRED = {
@@ -48,11 +48,13 @@ def test_suite_has_the_llm_serving_kernels():
     assert set(SUITE.names) >= set(CPU_UNSUPPORTED)
 
 
-@pytest.mark.parametrize("name", SUITE.names)
-def test_spec_is_complete(name):
-    spec = SUITE.kernel(name)
+# The checks every built-in kernel's spec passes, as functions of the spec, so that
+# tests/test_add_kernel.py runs them on a copy of the suite with a kernel added.
+
+
+def check_spec_is_complete(spec: KernelSpec | DistributedSpec) -> None:
     real = FAMILIES & set(spec.workloads)
-    assert "smoke" in spec.workloads and real, f"{name}: no smoke or no real-shape workload"
+    assert "smoke" in spec.workloads and real, f"{spec.name}: no smoke or no real-shape workload"
     assert {"fp16", "bf16"} <= set(spec.dtypes)
     assert spec.baseline.name
     for case in (*spec.workloads["smoke"], *(c for w in real for c in spec.workloads[w])):
@@ -60,24 +62,59 @@ def test_spec_is_complete(name):
         assert spec.min_bytes(case, 2) > 0
 
 
+def check_smoke_workload_covers_edge_shapes(spec: KernelSpec | DistributedSpec) -> None:
+    """A size of 1 and a size no block divides, so masked tails are exercised."""
+    sizes = [int(v) for case in spec.workloads["smoke"] for k, v in case.items() if k in SIZE_KEYS]
+    assert 1 in sizes, f"{spec.name}: no size-1 case in smoke"
+    assert any(s % 16 for s in sizes if s > 1), f"{spec.name}: every smoke size is a multiple of 16"
+
+
+def check_llm_workload_spans_decode_to_long_prefill(spec: KernelSpec | DistributedSpec) -> None:
+    if "llm" not in spec.workloads:
+        return
+    cases = spec.workloads["llm"]
+    tokens = {int(next(c[k] for k in ("tokens", "rows", "m", "seq_q") if k in c)) for c in cases}
+    assert 1 in tokens and max(tokens) >= 8192, f"{spec.name}: llm tokens {sorted(tokens)}"
+
+
+def check_has_a_family(spec: KernelSpec | DistributedSpec) -> None:
+    """The dashboards' kernel pickers group the built-in kernels by family."""
+    assert spec.family, f"{spec.name}: no family; name one with KernelSpec(family=...)"
+
+
+@pytest.mark.parametrize("name", SUITE.names)
+def test_spec_is_complete(name):
+    check_spec_is_complete(SUITE.kernel(name))
+
+
 @pytest.mark.parametrize("name", SUITE.names)
 def test_smoke_workload_covers_edge_shapes(name):
-    """A size of 1 and a size no block divides, so masked tails are exercised."""
-    sizes = [
-        int(v)
-        for case in SUITE.kernel(name).workloads["smoke"]
-        for k, v in case.items()
-        if k in SIZE_KEYS
-    ]
-    assert 1 in sizes, f"{name}: no size-1 case in smoke"
-    assert any(s % 16 for s in sizes if s > 1), f"{name}: every smoke size is a multiple of 16"
+    check_smoke_workload_covers_edge_shapes(SUITE.kernel(name))
 
 
 @pytest.mark.parametrize("name", [s.name for s in SUITE.kernels if "llm" in s.workloads])
 def test_llm_workload_spans_decode_to_long_prefill(name):
-    cases = SUITE.kernel(name).workloads["llm"]
-    tokens = {int(next(c[k] for k in ("tokens", "rows", "m", "seq_q") if k in c)) for c in cases}
-    assert 1 in tokens and max(tokens) >= 8192
+    check_llm_workload_spans_decode_to_long_prefill(SUITE.kernel(name))
+
+
+@pytest.mark.parametrize("name", SUITE.names)
+def test_every_builtin_kernel_has_a_family(name):
+    check_has_a_family(SUITE.kernel(name))
+
+
+#: The families the dashboards grouped the built-in kernels in before a spec declared its
+#: own: the default rule keeps each of them where it was.
+FAMILY_OF = {
+    "rms_norm": "norm", "fused_add_rms_norm": "norm", "softmax": "elementwise",
+    "silu_and_mul": "elementwise", "silu_and_mul_cuda": "elementwise", "rope": "elementwise",
+    "gemm": "gemm", "fp8_block_gemm": "gemm", "fp8_group_quant": "gemm",
+    "flash_attention": "attention", "paged_decode_attention": "attention",
+    "mla_decode": "attention", "fused_moe": "moe", "conformer_conv": "asr",
+}  # fmt: skip
+
+
+def test_builtin_kernels_keep_their_families():
+    assert {name: SUITE.kernel(name).family for name in FAMILY_OF} == FAMILY_OF
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])

@@ -45,6 +45,7 @@ def test_crash_record_keeps_provenance(kernelwatch_cli, planted_suite_path):
     assert proc.returncode == 1
     (record,) = _records(proc.stdout).values()
     assert record.case.suite == "planted" and record.case.params == {"n": 70}
+    assert record.case.family == "planted"  # the spec's, though the parent wrote the record
     assert record.software.torch and record.device.host
     assert "Fatal Python error" in record.detail or "Segmentation fault" in record.detail
 

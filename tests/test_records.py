@@ -19,6 +19,7 @@ from kernelwatch.harness.records import (
     SpeedOfLight,
     Summary,
     Telemetry,
+    in_family,
     read_record,
 )
 from kernelwatch.store.runfile import read_run_file, write_run_file
@@ -198,3 +199,34 @@ def test_every_record_kind_writes_its_header_and_reads_only_its_own(check, timed
         assert {"kind", "schema_version"}.isdisjoint(f.name for f in fields(record))
         with pytest.raises(RecordError, match="expected a 'run' record"):
             RunInfo.from_json(data)
+
+
+def test_a_case_carries_its_family_outside_its_identity(check):
+    declared = replace(check, case=replace(check.case, family="dense"))
+    back = CorrectnessResult.from_json(json.loads(declared.dumps()))
+    assert back.case.family == "dense" and back == declared
+    assert declared.case.key() == check.case.key()
+
+
+def test_a_record_without_a_family_takes_the_one_its_kernel_name_gives(check, timed, make_build):
+    """A record written before families were declared reads back in the family the dashboards
+    gave its kernel then."""
+    for record, family in ((check, "gemm"), (timed, "norm"), (make_build(kernel="mla_decode"),
+                                                             "attention")):  # fmt: skip
+        data = record.to_json()
+        case = data["case"] if "family" not in data else data
+        del case["family"]
+        assert read_record(data) == record and _family(read_record(data)) == family
+    assert CaseId("teamx", "axpy", "smoke", {"n": 1}, "fp32").family == ""
+
+
+def _family(record) -> str:
+    return record.family if hasattr(record, "family") else record.case.family
+
+
+def test_in_family_names_an_ab_records_sides_too(timed):
+    pair = ABMeasurement(timed.case, "ok", "", timed.method, timed.device, timed.software,
+                         base=timed, head=timed)  # fmt: skip
+    named = in_family(pair, "pointwise")
+    assert {named.case.family, named.base.case.family, named.head.case.family} == {"pointwise"}
+    assert in_family(timed, "pointwise").case == replace(timed.case, family="pointwise")

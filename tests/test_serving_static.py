@@ -1,7 +1,6 @@
 """The FP8 tensor-core path as a static metric: what ptxas emits for e4m3 ``tl.dot`` on
 sm_90a (QGMMA) and sm_100a (UTCQMMA) is its own class, and losing it is a regression; the
-store and dashboards rank it the same way; the dashboards group the serving kernels into
-families."""
+store and dashboards rank it the same way."""
 
 from __future__ import annotations
 
@@ -15,12 +14,10 @@ from planted.mutants import Mutation, mutant_source
 
 from kernelwatch.analysis.static_diff import compare
 from kernelwatch.dashboards.builds import TENSOR_CORE_NAMES
-from kernelwatch.dashboards.families import FAMILIES
 from kernelwatch.harness.build.sass import FP8_TENSOR_CORES, TENSOR_CORE_RANK
 from kernelwatch.harness.build.stage import BuildRequest, run_build
 from kernelwatch.harness.records import BuildMetrics
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.kernels import SUITE
 
 BASE = BuildMetrics(
     "builtin", "fp8_block_gemm", "fp8_block_gemm_kernel", "triton", "sm_90a", None, "ok",
@@ -55,11 +52,6 @@ def test_the_store_ranks_tensor_cores_as_the_rules_do():
     frozen = dict(re.findall(r"WHEN '(\w+)' THEN (\d+)", migration._TENSOR_CORE_RANK))
     assert {k: int(v) for k, v in frozen.items()} == TENSOR_CORE_RANK
     assert set(TENSOR_CORE_NAMES) == set(TENSOR_CORE_RANK.values())
-
-
-def test_every_builtin_kernel_has_one_family():
-    named = [k for kernels in FAMILIES.values() for k in kernels]
-    assert sorted(named) == sorted(SUITE.names)
 
 
 # One block-scaled GEMM at one 64x128 tile, and the same kernel with its e4m3 operands widened

@@ -19,6 +19,7 @@ import faulthandler
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,13 @@ def main() -> int:
     emit({"event": "plan", "suite": suite.name, "tasks": len(tasks)})
     cache = ParentCache(emit) if plan["cache"] else None
     skip = set(plan["skip"])
+    families = {spec.name: spec.family for spec in suite.kernels}
+
+    def named(record: BuildMetrics) -> dict[str, Any]:
+        """``record`` as JSON, in its kernel's family as the spec declares it (a cached
+        record was built before the spec may have changed it)."""
+        return replace(record, family=families[record.kernel]).to_json()
+
     for index in range(len(tasks)):
         # Both targets of one launch go to one worker and neighbouring launches (of similar
         # cost: configs of one kernel) to different ones, which keeps the workers balanced.
@@ -67,11 +75,11 @@ def main() -> int:
             continue
         task = tasks[index]
         if isinstance(task, BuildMetrics):
-            emit({"event": "result", "task": index, "record": task.to_json()})
+            emit({"event": "result", "task": index, "record": named(task)})
             continue
-        emit({"event": "begin", "task": index, "record": task.skeleton(suite.name).to_json()})
+        emit({"event": "begin", "task": index, "record": named(task.skeleton(suite.name))})
         record = build(task, suite.name, cache)
-        emit({"event": "result", "task": index, "record": record.to_json()})
+        emit({"event": "result", "task": index, "record": named(record)})
     return 0
 
 

@@ -63,6 +63,7 @@ def _spec(name: str, launch, reference_scale: float = 2.0) -> KernelSpec:
     return KernelSpec(
         name=name,
         summary=f"planted kernel: {name}",
+        family="planted",
         make_inputs=lambda p, dtype, dev, gen: {
             "x": torch.randn(int(p["n"]), generator=gen, device=dev).to(dtype)
         },
