@@ -60,7 +60,8 @@ def bench(
     src: SrcOption = None,
     seed: SeedOption = 0,
     timer: Annotated[
-        str, typer.Option(help="auto, cuda-events, cuda-graph or cpu-perf-counter.")
+        str,
+        typer.Option(help="auto, cuda-events, cuda-graph, cpu-perf-counter or cpu-process-time."),
     ] = "auto",
     l2: Annotated[
         str | None, typer.Option(help="cold (flushed before each sample) or warm.")

@@ -31,12 +31,21 @@ DEMO_DATABASE = "kernelwatch_demo"
 
 
 def demo_config(
-    repo: Path, suite: str, reports: Path, clean_nights: int, quick: bool = False
+    repo: Path,
+    suite: str,
+    reports: Path,
+    clean_nights: int,
+    quick: bool = False,
+    gpu: bool = False,
 ) -> str:
     """The demo's kernelwatch.toml: one repository on the local pool, the interpreter's
     cheap selection (``quick``: the culprit's kernel, no build stage), an A/B margin for
-    timings on a CPU, and a suspicion test that can judge the night after ``clean_nights``."""
+    timings on a CPU, and a suspicion test that can judge the night after ``clean_nights``.
+    Without a ``gpu`` the kernels run in the interpreter, timed by the child's CPU time."""
+    from kernelwatch.harness.timing.timers import CPU_TIME_TIMER  # scipy: not for every command
+
     kernels = json.dumps([CULPRIT_KERNEL] if quick else [])
+    timer = json.dumps("auto" if gpu else CPU_TIME_TIMER)
     archs = json.dumps([] if quick else ["sm_90a", "sm_100a"])
     min_history = min(SuspicionThresholds().min_history, clean_nights)
     return f"""\
@@ -51,7 +60,10 @@ kernels = {kernels}
 dtypes = ["fp32"]
 archs = {archs}
 
+# On the CPU the interpreter's planted 3x is 3x its CPU time, which other processes' load
+# barely moves; the wall clock would count the time they hold the cores.
 [bench]
+timer = {timer}
 baseline = false
 min_samples = 10
 budget_s = 0.2
@@ -118,8 +130,13 @@ def demo(
     culprit_night = nights - 2
     made = make_demo_repo(root / "repo", nights=nights, culprit_night=culprit_night)
     config_path = root / "kernelwatch.toml"
+    # The runner child picks the device the same way (harness/device.py).
+    import torch
+
     config_path.write_text(
-        demo_config(made.path, made.suite, root / "reports", culprit_night, quick)
+        demo_config(
+            made.path, made.suite, root / "reports", culprit_night, quick, torch.cuda.is_available()
+        )
     )
     server = EmbeddedServer(configuration().database.pg_dir)
     try:

@@ -1,14 +1,17 @@
 """The ``kernelwatch`` entry point: the Typer app with every command module registered.
 
 Importing a command module registers its commands on ``app`` (``cli/app.py``); the groups
-``db`` and ``regressions`` are sub-apps. No command module imports the store's, Prefect's or
+``dashboards``, ``db`` and ``regressions`` are sub-apps. ``kernelwatch --help`` lists the
+commands in the order they are registered (the imports below, which the linter keeps
+alphabetical), then the groups. No command module imports the store's, Prefect's or
 Grafana's packages when it is loaded: a GPU host without them still runs ``check``,
 ``bench`` and ``selfcheck``, and a command that needs one says so in one line.
 """
 
 from __future__ import annotations
 
-from kernelwatch.cli import (
+# Imported for what importing does: each module registers its commands on ``app``.
+from kernelwatch.cli import (  # noqa: F401
     bench,
     bisect,
     build,
@@ -29,25 +32,6 @@ from kernelwatch.cli.app import app
 from kernelwatch.cli.console import stderr
 from kernelwatch.cli.signals import Terminated, end_children_on_signals
 from kernelwatch.harness.sandbox import SandboxError
-
-#: In the order ``kernelwatch --help`` lists them.
-COMMAND_MODULES = (
-    init,
-    check,
-    bench,
-    selfcheck,
-    build,
-    detect,
-    db,
-    regressions,
-    report,
-    nightly,
-    pr_check,
-    bisect,
-    demo,
-    deploy,
-    dashboards,
-)
 
 #: Packages only some commands need (the store, the flows, Grafana), by import name, with
 #: the distribution that provides each.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from types import UnionType
 from typing import (
     Any,
@@ -94,15 +94,43 @@ class DeviceInfo:
     l2_bytes: int | None = None
 
 
+#: The default family of a kernel (how the dashboards' kernel pickers group kernels), by the
+#: words of its name: the first family one of whose words the name has, in this order (so
+#: ``fused_add_rms_norm`` is a norm). A name with none of them has no family ("").
+FAMILY_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("norm", ("norm",)),
+    ("gemm", ("gemm", "quant")),
+    ("attention", ("attention", "decode")),
+    ("moe", ("moe",)),
+    ("elementwise", ("softmax", "silu", "rope")),
+    ("asr", ("conformer",)),
+)
+
+
+def default_family(kernel: str) -> str:
+    """The family ``kernel``'s name gives it (:data:`FAMILY_WORDS`), or "" for none."""
+    words = set(kernel.split("_"))
+    return next((family for family, names in FAMILY_WORDS if words & set(names)), "")
+
+
 @dataclass(frozen=True)
 class CaseId:
-    """What was checked: one kernel, one case of one workload, one dtype, from one suite."""
+    """What was checked: one kernel, one case of one workload, one dtype, from one suite.
+
+    ``family`` is the kernel's family as its spec declares it; None (a record written
+    before specs declared one, or one made without the spec) takes the family the kernel's
+    name gives (:func:`default_family`). It is not part of the case's identity."""
 
     suite: str
     kernel: str
     workload: str
     params: Mapping[str, int | float | str | bool]
     dtype: str
+    family: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.family is None:
+            object.__setattr__(self, "family", default_family(self.kernel))
 
     def label(self) -> str:
         """The case parameters as compact text, e.g. ``m=33 n=40 k=48``."""
@@ -210,8 +238,8 @@ class Method:
     """How a time was measured. Part of a series' identity: a change of method starts a new
     series (and an annotation), so it can never show up as a regression.
 
-    ``timer`` is ``cuda-events``, ``cuda-graph`` or ``cpu-perf-counter``; ``l2`` is ``cold``
-    (flushed before every sample) or ``warm``.
+    ``timer`` is ``cuda-events``, ``cuda-graph``, ``cpu-perf-counter`` or ``cpu-process-time``;
+    ``l2`` is ``cold`` (flushed before every sample) or ``warm``.
     """
 
     timer: str
@@ -423,6 +451,7 @@ class BuildMetrics(JsonRecord, kind="build"):
     One kernel launches with a different specialisation (divisibility by 16, unit strides,
     arguments equal to 1) for different shapes: ``dtype`` and ``case`` (the label of the first
     case of ``workload`` that compiles to this specialisation) tell those builds apart.
+    ``family`` is the kernel's family, as on :class:`CaseId`.
     """
 
     suite: str
@@ -458,6 +487,11 @@ class BuildMetrics(JsonRecord, kind="build"):
     dtype: str = ""
     workload: str = ""
     case: str = ""
+    family: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.family is None:  # as on CaseId: an older record, or one made without the spec
+            object.__setattr__(self, "family", default_family(self.kernel))
 
 
 @dataclass(frozen=True)
@@ -506,6 +540,21 @@ class RunInfo(JsonRecord, kind="run"):
 
 
 Record = CorrectnessResult | Measurement | ABMeasurement | BuildMetrics | RunInfo
+CaseRecord = TypeVar("CaseRecord", CorrectnessResult, Measurement, ABMeasurement)
+
+
+def in_family(record: CaseRecord, family: str) -> CaseRecord:
+    """``record`` with its case (and an A/B's two sides) in kernel family ``family``: the
+    runner names the family from the spec once, whichever stage made the record."""
+    case = replace(record.case, family=family)
+    if isinstance(record, ABMeasurement):
+        sides = {
+            side: in_family(measured, family)
+            for side in ("base", "head")
+            if (measured := getattr(record, side)) is not None
+        }
+        return replace(record, case=case, **sides)
+    return replace(record, case=case)
 
 
 def read_record(data: Mapping[str, Any]) -> Record:

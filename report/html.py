@@ -30,16 +30,17 @@ from kernelwatch.report.views import (
     regression_view,
     run_view,
 )
-from kernelwatch.store import queries
 from kernelwatch.store.report_queries import (
     RunNotFound,
     bisect_steps,
     latest_runs,
+    open_regressions,
     regressions_of_run,
     run_builds,
     run_correctness,
     run_header,
     run_measurements,
+    series_history,
 )
 from kernelwatch.store.suspects import run_suspects
 from kernelwatch.store.triage_state import show_regression
@@ -95,9 +96,7 @@ def write_nightly_report(
         )
         for h in headers
     ]
-    open_ids = [
-        row["regression_id"] for row in queries.open_regressions(conn, repository=repository)
-    ]
+    open_ids = [row["regression_id"] for row in open_regressions(conn, repository=repository)]
     page = _render(
         "nightly.html.j2",
         title=f"kernelwatch nightly: {repository}",
@@ -145,7 +144,7 @@ def _regressions(conn: psycopg.Connection, ids: Sequence[int]) -> list[Regressio
         members = detail["change_point_list"]
         since = min((m["at"] for m in members), default=datetime.now(UTC)) - HISTORY_BEFORE
         histories = {
-            m["series_key"]: queries.series_history(conn, m["series_key"], since=since)
+            m["series_key"]: series_history(conn, m["series_key"], since=since)
             for m in members[:CHARTS_PER_REGRESSION]
         }
         views.append(regression_view(detail, histories, bisect_steps(conn, regression_id)))

@@ -1,7 +1,7 @@
 """Benchmark every Grafana panel, annotation, template-variable and alert-rule query of
 kernelwatch's dashboards on a synthetic fleet history, as the read-only role Grafana uses.
 
-The history is the store benchmark's synthetic fleet (``kernelwatch.store.synthetic_fleet``:
+The history is the store benchmark's synthetic fleet (``tests/synthetic_fleet.py``:
 GPU models x series x nightly runs, PR runs, regressions), plus what the dashboards also
 read: the cross-compiled builds of every kernel on every nightly run of the first GPU model,
 and bisection steps for a share of the regressions. Each query is expanded as Grafana would
@@ -42,9 +42,12 @@ from kernelwatch.dashboards import catalog, inventory
 from kernelwatch.dashboards.datasource import READER_ROLE
 from kernelwatch.dashboards.macros import Request, expand
 from kernelwatch.harness.records import BuildMetrics, LaunchConfig
-from kernelwatch.store import synthetic_fleet
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
+
+# The synthetic generators are test data: they live in tests/, outside the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import synthetic_fleet
 
 ARCHS = ("sm_90a", "sm_100a")
 CONFIGS = (LaunchConfig({"BLOCK": 128}, 4, 2), LaunchConfig({"BLOCK": 256}, 8, 3))

@@ -1,10 +1,10 @@
 """Benchmark the results store on a synthetic fleet history.
 
 Generates GPU models x series x nightly runs x samples (plus PR runs) as the harness's own
-records (``kernelwatch.store.synthetic_fleet``), times ``Ingester.ingest`` from those records
-in Python to committed rows, then times every dashboard query of ``kernelwatch.store.queries``
-with realistic filters, and reports the on-disk bytes per raw sample (table, TOAST and
-indexes).
+records (``tests/synthetic_fleet.py``), times ``Ingester.ingest`` from those records in
+Python to committed rows, then times every query over the reporting views
+(``kernelwatch.store.report_queries``) with realistic filters, and reports the on-disk
+bytes per raw sample (table, TOAST and indexes).
 
     .venv/bin/python scripts/bench_store.py                      # full scale (minutes)
     .venv/bin/python scripts/bench_store.py --series 50 --days 5 # a quick look
@@ -31,21 +31,17 @@ from typing import Any
 
 import psycopg
 
-from kernelwatch.store import migrate, queries
+from kernelwatch.store import migrate, report_queries
 from kernelwatch.store.embedded import EmbeddedServer
 from kernelwatch.store.ingest import Ingester
-from kernelwatch.store.synthetic_fleet import (
-    DTYPES,
-    KERNELS,
-    REPOSITORY,
-    Fleet,
-    add_regressions,
-    fleet_runs,
-)
+
+# The synthetic generators are test data: they live in tests/, outside the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from synthetic_fleet import DTYPES, KERNELS, REPOSITORY, Fleet, add_regressions, fleet_runs
 
 
 def time_queries(conn: psycopg.Connection, repeats: int, seed: int) -> dict[str, dict[str, float]]:
-    """p50/p95 milliseconds of each dashboard query, parameters drawn per call."""
+    """p50/p95 milliseconds of each reporting-view query, parameters drawn per call."""
     rnd = random.Random(seed)
     series_keys = [r[0] for r in conn.execute("SELECT key FROM series")]
     models = [r[0] for r in conn.execute("SELECT DISTINCT device_model FROM series")]
@@ -53,17 +49,17 @@ def time_queries(conn: psycopg.Connection, repeats: int, seed: int) -> dict[str,
     pr_runs = pr_runs or [str(r[0]) for r in conn.execute("SELECT run_id FROM runs")]
     now = datetime.now(UTC)
     calls = {
-        "latest": lambda: queries.latest(
+        "latest": lambda: report_queries.latest(
             conn, device_model=rnd.choice(models), kernel=rnd.choice(KERNELS),
             dtype=rnd.choice(DTYPES)),
-        "series_history": lambda: queries.series_history(
+        "series_history": lambda: report_queries.series_history(
             conn, rnd.choice(series_keys), since=now - timedelta(days=365)),
-        "open_regressions": lambda: queries.open_regressions(conn, repository=REPOSITORY),
-        "regressions_past_year": lambda: queries.regressions(
+        "open_regressions": lambda: report_queries.open_regressions(conn, repository=REPOSITORY),
+        "regressions_past_year": lambda: report_queries.regressions(
             conn, since=now - timedelta(days=365), repository=REPOSITORY),
-        "device_noise": lambda: queries.device_noise(conn, since=now - timedelta(days=30)),
-        "run_comparison": lambda: queries.run_comparison(conn, rnd.choice(pr_runs)),
-        "annotations": lambda: queries.annotations(conn, since=now - timedelta(days=90)),
+        "device_noise": lambda: report_queries.device_noise(conn, since=now - timedelta(days=30)),
+        "run_comparison": lambda: report_queries.run_comparison(conn, rnd.choice(pr_runs)),
+        "annotations": lambda: report_queries.annotations(conn, since=now - timedelta(days=90)),
     }  # fmt: skip
     results = {}
     for name, call in calls.items():

@@ -42,7 +42,10 @@ import docs_results
 import numpy as np
 
 from kernelwatch.analysis.changepoints import DetectorConfig, detect
-from kernelwatch.analysis.synthetic import NoiseModel, SyntheticSeries, make_dataset, make_series
+
+# The synthetic generators are test data: they live in tests/, outside the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from synthetic_series import NoiseModel, SyntheticSeries, make_dataset, make_series
 
 TOLERANCE = 3
 CHUNK = 50

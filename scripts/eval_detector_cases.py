@@ -3,8 +3,8 @@ the cases the tests check (tests/test_changepoints.py), at the defaults:
 
 - false alarms: the share of 1,000 unchanged 200-point series (full noise model) with any
   change, per seed (2024 is the test's);
-- 3 % steps: of 100 series (``analysis.synthetic.with_step``, seeds 0-99, up and down
-  alternately), how many have the step found within +-2 points and nothing else, per jitter.
+- 3 % steps: of 100 series (``with_step`` of tests/synthetic_series.py, seeds 0-99, up and
+  down alternately), how many have the step found within +-2 points and nothing else, per jitter.
 
     .venv/bin/python scripts/eval_detector_cases.py --json docs/results/detector_cases.json
 """
@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import docs_results
 import numpy as np
 
 from kernelwatch.analysis.changepoints import detect
-from kernelwatch.analysis.synthetic import make_series, with_step
+
+# The synthetic generators are test data: they live in tests/, outside the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from synthetic_series import make_series, with_step
 
 ALARM_SEEDS = (2024, 2, 3)
 ALARM_SERIES = 1000

@@ -8,14 +8,21 @@
 #                              the build stage's flags, for a host without nvcc
 # Then checks that the wheel installs offline for Python 3.12 (the hosts' Python).
 # Usage: scripts/gpu-wheels.sh   (then, on the GPU host: scripts/gpu-selfcheck.sh)
+# KERNELWATCH_WHEELS names another output folder (the wheel test builds into its own).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${KERNELWATCH_PYTHON:-$root/.venv/bin/python}"
-out="$root/wheels"
+out="${KERNELWATCH_WHEELS:-$root/wheels}"
 rm -rf "$out"
 mkdir -p "$out/cubins"
+check="$(mktemp -d)" tree="$(mktemp -d)"
+trap 'rm -rf "$check" "$tree"' EXIT
 
-if ! "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$out" "$root" \
+# Built from a copy of the files git tracks or would track: setuptools' build/ folder in the
+# checkout keeps modules that were deleted since, and they would ship again.
+git -C "$root" ls-files -z -co --exclude-standard | tar -C "$root" --null --ignore-failed-read -T - -cf - 2>/dev/null \
+  | tar -C "$tree" -xf -
+if ! "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$out" "$tree" \
   >"$out/build.log" 2>&1; then
   tail -20 "$out/build.log" >&2
   exit 1
@@ -29,12 +36,10 @@ from kernelwatch.harness.cuda_kernel import prebuild_cubins
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 for path in prebuild_cubins(sorted((root / "kernels" / "cuda").glob("*.cu")), ("sm_90a", "sm_100a"), out):
-    print(f"gpu-wheels: {path.relative_to(root)}")
+    print(f"gpu-wheels: cubins/{path.name}")
 PY
 
 # The hosts run Python 3.12: install the wheel for it, offline, and read it back.
-check="$(mktemp -d)"
-trap 'rm -rf "$check"' EXIT
 "$python" -m pip install -q --no-index --no-deps --only-binary=:all: --python-version 3.12 \
   --target "$check" "$out"/kernelwatch-*.whl
 [[ -f "$check/kernelwatch/kernels/cuda/silu_and_mul.cu" ]] \

@@ -1,5 +1,11 @@
 """Shared fixtures. The device is chosen before any test module imports Triton, so the
-suite runs through Triton's CPU interpreter on machines without a GPU."""
+suite runs through Triton's CPU interpreter on machines without a GPU.
+
+Under pytest-xdist (``-n 2 --dist loadfile``, docs/TESTING.md) each worker is a process of
+its own that inherits the controller's environment: it gets its own Prefect home, Prefect
+test server and PostgreSQL, and shares the controller's build cache (its entries are
+written whole and renamed into place, so two workers can fill it at once).
+"""
 
 from __future__ import annotations
 
@@ -20,18 +26,33 @@ DEVICE = select_device()
 # The record builders of tests/factories.py, as fixtures (make_measurement, make_run, ...).
 pytest_plugins = ("factories",)
 
+#: This process's pytest-xdist worker ("gw0", "gw1", ...); None in a serial session and in
+#: xdist's controller.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+#: The Prefect home this conftest made, so that a worker can tell it from one a person set.
+_OWN_PREFECT_HOME = "KERNELWATCH_TEST_PREFECT_HOME"
+
+
+def _scratch(prefix: str) -> str:
+    """A temporary directory removed when this process exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 # Prefect keeps its state under PREFECT_HOME: the tests get a throw-away one, no telemetry,
-# before any test module imports Prefect.
-if "PREFECT_HOME" not in os.environ:
-    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="kw-prefect-")
-    atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
+# before any test module imports Prefect. One per process: the ephemeral server a
+# ``kernelwatch`` subprocess starts keeps its SQLite database there, which is not for two.
+if os.environ.get("PREFECT_HOME") in (None, os.environ.get(_OWN_PREFECT_HOME)):
+    os.environ["PREFECT_HOME"] = os.environ[_OWN_PREFECT_HOME] = _scratch("kw-prefect-")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
 # Builds are content-addressed (harness/build/cache.py), so one cache serves the whole
-# session: a kernel built by one test is a hit for the next. Never the user's own cache.
-os.environ["KERNELWATCH_BUILD_CACHE"] = tempfile.mkdtemp(prefix="kw-build-cache-")
-atexit.register(shutil.rmtree, os.environ["KERNELWATCH_BUILD_CACHE"], ignore_errors=True)
+# session, workers included: a kernel built by one test is a hit for the next. Never the
+# user's own cache.
+if WORKER is None or not os.environ.get("KERNELWATCH_BUILD_CACHE"):
+    os.environ["KERNELWATCH_BUILD_CACHE"] = _scratch("kw-build-cache-")
 
 
 @pytest.fixture(scope="session")
@@ -94,11 +115,19 @@ def pg_server():
 
     ``KERNELWATCH_TEST_PG_ROOT`` names a server's directory to use instead and leave running:
     ``scripts/mutation.sh`` runs a pytest session per mutant and would otherwise spend most
-    of each on starting PostgreSQL."""
+    of each on starting PostgreSQL. Under pytest-xdist each worker starts its own server:
+    the tests' databases have fixed names and are cloned from a template, which PostgreSQL
+    refuses while another session is connected to it."""
     from kernelwatch.store import migrate
     from kernelwatch.store.embedded import EmbeddedServer
 
     shared = os.environ.get("KERNELWATCH_TEST_PG_ROOT")
+    if shared and WORKER is not None:
+        pytest.fail(
+            "KERNELWATCH_TEST_PG_ROOT serves one serial session; unset it under pytest-xdist "
+            "(each worker starts a PostgreSQL of its own)",
+            pytrace=False,
+        )
     root = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="kw-pg-", dir="/tmp"))
     server = EmbeddedServer(root)
     server.ensure_running()

@@ -8,7 +8,7 @@ import the builders themselves: ``from factories import measurement``.
 
 The defaults describe one plausible run on an H200: an ``ok`` rms_norm case timed with CUDA
 events, unthrottled at 1980 MHz, checked and built. The synthetic fleet for the store (many
-devices, series and nights) is ``kernelwatch.store.synthetic_fleet``.
+devices, series and nights) is ``synthetic_fleet.py``, beside this module.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlparse
 import psycopg
 import pytest
 from psycopg.rows import dict_row
+from synthetic_fleet import Fleet, add_regressions, fleet_runs
 from webhooks import webhook_recorder
 
 from kernelwatch.config.settings import Notifications, parse
@@ -20,7 +21,6 @@ from kernelwatch.dashboards.macros import expand
 from kernelwatch.flows.notify import send
 from kernelwatch.flows.reporting import notice
 from kernelwatch.store.ingest import Ingester
-from kernelwatch.store.synthetic_fleet import Fleet, add_regressions, fleet_runs
 from kernelwatch.store.triage_state import apply_move
 
 GRAFANA = "http://grafana.example:3000"

@@ -87,3 +87,21 @@ def test_module_names_are_unique_outside_cli():
         if path.name != "__init__.py" and "migrations" not in path.parts
     )
     assert [name for name, count in names.items() if count > 1] == []
+
+
+def _file_map() -> set[str]:
+    section = DOC.read_text().split("## The file map", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^- `([\w/]+\.py)`", section, re.M))
+
+
+def test_the_file_map_names_every_module_and_nothing_else():
+    modules = {
+        str(path.relative_to(ROOT))
+        for package in ALLOWED
+        for path in _modules(package)
+        if "versions" not in path.parts
+        and (path.name != "__init__.py" or path.parent.name == "kernels")
+    }
+    named = _file_map()
+    assert sorted(modules - named) == [], "modules missing from docs/ARCHITECTURE.md's file map"
+    assert sorted(named - modules) == [], "the file map names modules that do not exist"

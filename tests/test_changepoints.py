@@ -1,4 +1,4 @@
-"""The change-point detector on synthetic series with GPU-like noise (analysis/synthetic.py)."""
+"""The change-point detector on synthetic series with GPU-like noise (tests/synthetic_series.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu, norm
+from synthetic_series import NoiseModel, make_series, with_step
 
 from kernelwatch.analysis import changepoints
 from kernelwatch.analysis.changepoints import (
@@ -20,7 +21,6 @@ from kernelwatch.analysis.changepoints import (
 )
 from kernelwatch.analysis.confirm import confirm_shift
 from kernelwatch.analysis.noise import relative_noise
-from kernelwatch.analysis.synthetic import NoiseModel, make_series, with_step
 
 # The false-alarm rate docs/DETECTION.md documents for unchanged series.
 DOCUMENTED_FALSE_ALARM_RATE = 0.03

@@ -21,6 +21,21 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import psycopg
 import pytest
+from synthetic_fleet import (
+    COMM_PEAK_GBPS,
+    COMM_SIZES,
+    COMM_WORLDS,
+    METHOD,
+    MODELS,
+    REPOSITORY,
+    SUITE,
+    Fleet,
+    add_regressions,
+    cases,
+    comm_runs,
+    devices,
+    make_run,
+)
 
 from kernelwatch.analysis.bisect_search import BisectOutcome, Step
 from kernelwatch.analysis.thresholds import Thresholds
@@ -40,21 +55,6 @@ from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.pr_findings import insert_pr_findings
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.suspects import SuspectRow, insert_suspects
-from kernelwatch.store.synthetic_fleet import (
-    COMM_PEAK_GBPS,
-    COMM_SIZES,
-    COMM_WORLDS,
-    METHOD,
-    MODELS,
-    REPOSITORY,
-    SUITE,
-    Fleet,
-    add_regressions,
-    cases,
-    comm_runs,
-    devices,
-    make_run,
-)
 
 ROOT = Path(__file__).parent.parent
 END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from synthetic_series import make_series
 
-from kernelwatch.analysis.synthetic import make_series
 from kernelwatch.analysis.thresholds import DetectorConfig
 
 

@@ -7,11 +7,11 @@ import dataclasses
 from datetime import UTC, datetime
 
 import psycopg
+from synthetic_fleet import COMM_REPOSITORY, comm_runs
 
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run
-from kernelwatch.store.synthetic_fleet import COMM_REPOSITORY, comm_runs
 
 
 def test_a_collective_is_stored_with_its_bandwidth_world_and_fabric(store_url):

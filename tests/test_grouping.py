@@ -6,10 +6,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from synthetic_series import make_series
 
 from kernelwatch.analysis.changepoints import ChangePoint, detect
 from kernelwatch.analysis.grouping import Regression, group, place
-from kernelwatch.analysis.synthetic import make_series
 
 
 def test_one_planted_culprit_across_twenty_series_is_one_alert():

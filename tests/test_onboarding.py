@@ -51,7 +51,9 @@ def acme(tmp_path_factory, kernelwatch_cli) -> Acme:
     config = (repo / "kernelwatch.toml").read_text()
     (repo / "kernelwatch.toml").write_text(
         config.replace('workload = "smoke"\n', 'workload = "smoke"\n' + CHEAP)
-        + "\n[bench]\nbaseline = false\nbudget_s = 0.3\n\n[verdict]\nmargin = 0.5\n"
+        # The child's own CPU time: an unchanged head stays SAME however loaded the cores are.
+        + '\n[bench]\ntimer = "cpu-process-time"\nbaseline = false\nbudget_s = 0.3\n'
+        + "\n[verdict]\nmargin = 0.5\n"
     )
     shas = {"init": commit(repo, "kernelwatch init")}
     shas["filled"] = commit(repo, "fill the suite", {SUITE: fill((repo / SUITE).read_text())})

@@ -16,18 +16,18 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
+from synthetic_fleet import MODELS, Fleet, add_regressions, fleet_runs
 
 from kernelwatch.config.database import StoreConfig
 from kernelwatch.config.settings import load
 from kernelwatch.config.tables import ConfigError
 from kernelwatch.harness.records import RecordError
-from kernelwatch.store import migrate, queries
+from kernelwatch.store import migrate, report_queries
 from kernelwatch.store.embedded import EmbeddedServer
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run, read_run_file, write_run_file
 from kernelwatch.store.spool import Submitter, pending, replay
-from kernelwatch.store.synthetic_fleet import MODELS, Fleet, add_regressions, fleet_runs
 
 ROOT = Path(__file__).parent.parent
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
@@ -183,7 +183,7 @@ def test_reporting_views_and_queries(store_url):
         for run in reversed(runs):  # out of order, as a replay may deliver them
             ingester.ingest(run)
         add_regressions(conn, 12, 0)  # three regressions: one open, one fixed, one false
-        latest = queries.latest(conn, device_model=MODELS[0][0])
+        latest = report_queries.latest(conn, device_model=MODELS[0][0])
         assert len(latest) == 12
         newest_nightly = max(
             r.info.started_at for r in runs
@@ -191,16 +191,16 @@ def test_reporting_views_and_queries(store_url):
         )  # fmt: skip
         assert {row["measured_at"] for row in latest} == {datetime.fromisoformat(newest_nightly)}
         key = latest[0]["series_key"]
-        history = queries.series_history(conn, key, since=NOW - timedelta(days=30))
+        history = report_queries.series_history(conn, key, since=NOW - timedelta(days=30))
         assert len(history) == 3 and history[0]["measured_at"] < history[-1]["measured_at"]
         pr_run = next(r for r in runs if r.info.trigger == "pr")
-        comparison = queries.run_comparison(conn, pr_run.info.run_id)
+        comparison = report_queries.run_comparison(conn, pr_run.info.run_id)
         assert len(comparison) == 4 and all(row["reference_median_ns"] for row in comparison)
-        every = queries.regressions(conn, since=NOW - timedelta(days=400))
+        every = report_queries.regressions(conn, since=NOW - timedelta(days=400))
         still_open = [r["title"] for r in every if r["state"] not in ("fixed", "false_positive")]
         assert len(every) == 3 and len(still_open) == 1
-        assert [r["title"] for r in queries.open_regressions(conn)] == still_open
-        noise = queries.device_noise(conn, since=NOW - timedelta(days=30))
+        assert [r["title"] for r in report_queries.open_regressions(conn)] == still_open
+        noise = report_queries.device_noise(conn, since=NOW - timedelta(days=30))
         assert sum(row["runs"] for row in noise) == len(runs)
 
 
@@ -212,7 +212,7 @@ def test_method_change_is_annotated(store_url):
     with psycopg.connect(store_url) as conn:
         Ingester(conn).ingest(run)
         Ingester(conn).ingest(changed)
-        notes = queries.annotations(conn, since=NOW - timedelta(days=400))
+        notes = report_queries.annotations(conn, since=NOW - timedelta(days=400))
     assert [n["kind"] for n in notes] == ["method_change", "method_change"]
     assert "cold" in notes[0]["text"] and "warm" in notes[0]["text"]
 
@@ -224,7 +224,7 @@ def test_roles(store_url):
     with psycopg.connect(writer) as conn:
         assert Ingester(conn).ingest(run).stored
     with psycopg.connect(reader) as conn:
-        assert len(queries.latest(conn)) == 3
+        assert len(report_queries.latest(conn)) == 3
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT count(*) FROM measurements")
 
@@ -302,7 +302,7 @@ import sys
 from datetime import UTC, datetime
 import psycopg
 from kernelwatch.store.ingest import Ingester
-from kernelwatch.store.synthetic_fleet import Fleet, fleet_runs
+from synthetic_fleet import Fleet, fleet_runs
 fleet = Fleet(models=3, series=60, days=2, samples=10, pr_runs_per_day=1, pr_series=10,
               seed=int(sys.argv[2]) % 4)
 with psycopg.connect(sys.argv[1]) as conn:
@@ -314,9 +314,10 @@ with psycopg.connect(sys.argv[1]) as conn:
 
 def test_concurrent_ingest_from_8_processes(store_url):
     # Worker i ingests the fleet of seed i % 4: every run is submitted by two processes at
-    # once, and all of them create the same series concurrently.
+    # once, and all of them create the same series concurrently. The workers run in tests/ so
+    # that they import the fleet generator as the tests do.
     procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, store_url, str(i)],
+        subprocess.Popen([sys.executable, "-c", WORKER, store_url, str(i)], cwd=ROOT / "tests",
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(8)
     ]  # fmt: skip

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
+from synthetic_fleet import METHOD, Fleet, fleet_runs
 
 from kernelwatch.analysis.bisect_search import BisectOutcome, Probe, bisect
 from kernelwatch.analysis.verdict import ABVerdict
@@ -16,7 +17,6 @@ from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.findings import NewRegression, open_regression
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
-from kernelwatch.store.synthetic_fleet import METHOD, Fleet, fleet_runs
 from kernelwatch.store.triage_state import TriageNotFound, show_regression
 
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
@@ -61,9 +61,11 @@ def _probe(shas: list[str], culprit: int, crash_at: int | None = None):
     def probe(commit: str, round_: int) -> Probe:
         at = shas.index(commit)
         if at == crash_at:
-            return Probe({}, 2.0, {"rmsnorm": "died of signal SIGSEGV", "add_rmsnorm": "skipped"})
+            return Probe(
+                {}, 2.0, {"rms_norm": "died of signal SIGSEGV", "fused_add_rms_norm": "skipped"}
+            )
         gemm = _verdict("SLOWER", 2.0) if at >= culprit else _verdict("SAME", 1.0)
-        return Probe({"rmsnorm": gemm, "add_rmsnorm": _verdict("SAME", 1.0)}, 4.0)
+        return Probe({"rms_norm": gemm, "fused_add_rms_norm": _verdict("SAME", 1.0)}, 4.0)
 
     return probe
 
@@ -105,14 +107,14 @@ def test_steps_and_culprit_are_stored(stored):
     crash = [r for r in rows if r[1] == shas[6]]
     assert [r[2] for r in crash] == ["ERROR", "ERROR"] and crash[0][4] == 0
     assert any("judged skip; died of signal SIGSEGV" in r[7] for r in crash)
-    gemm_at_culprit = next(r for r in rows if r[1] == shas[5] and r[6] == series["rmsnorm"])
+    gemm_at_culprit = next(r for r in rows if r[1] == shas[5] and r[6] == series["rms_norm"])
     assert gemm_at_culprit[2:5] == ("SLOWER", 2.0, 80)
 
     detail = show_regression(conn, regression_id)
     assert detail["culprit_sha"] == shas[5]
     event = detail["events"][-1]
     assert event["actor"] == "bisect" and event["state"] == "untriaged"
-    assert event["note"].startswith(f"culprit {shas[5][:12]}: rmsnorm 2.000x the good commit")
+    assert event["note"].startswith(f"culprit {shas[5][:12]}: rms_norm 2.000x the good commit")
     stored_commit = conn.execute(
         "SELECT message, parents FROM commits WHERE sha = %s", (shas[5],)
     ).fetchone()
@@ -149,8 +151,8 @@ def test_bad_input_writes_nothing(stored):
     conn, run, regression_id, series = stored
     shas, infos = _history(run.info.commit.sha, n=3)
     outcome = bisect(shas, _probe(shas, culprit=2), budget_s=100)
-    with pytest.raises(ValueError, match="no series key given for case add_rmsnorm"):
-        _record(conn, outcome, run, regression_id, {"rmsnorm": series["rmsnorm"]}, infos)
+    with pytest.raises(ValueError, match="no series key given for case fused_add_rms_norm"):
+        _record(conn, outcome, run, regression_id, {"rms_norm": series["rms_norm"]}, infos)
     with pytest.raises(ValueError, match=f"{shas[3]} is neither stored nor described"):
         _record(conn, outcome, run, regression_id, series, {shas[1]: infos[shas[1]]})
     with pytest.raises(TriageNotFound, match="no regression #999"):

@@ -16,6 +16,7 @@ from kernelwatch.harness.timing.timers import (
     MIN_BACKLOG_NS,
     Backlog,
     CpuTimer,
+    CpuTimeTimer,
     flush_bytes,
     graph_launches,
     make_timer,
@@ -30,6 +31,25 @@ def test_cpu_timer_measures_the_call():
     assert 2e6 <= timed.ns < 5e7 and timed.sm_clock_mhz is None
     assert sampler.resolution_ns == 1.0
     assert CpuTimer.method.label() == f"cpu-perf-counter/warm/h{HARNESS_VERSION}"
+
+
+def _spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_cpu_time_timer_counts_the_childs_own_cpu_not_the_time_it_waits():
+    """What another process's load takes from the child is time it waits, off the CPU: the
+    CPU-time timer leaves it out, where the wall clock counts it."""
+    asleep = CpuTimeTimer().bind(lambda: time.sleep(0.05))
+    assert asleep.take().ns < 1e7 <= 5e7 <= CpuTimer().bind(lambda: time.sleep(0.05)).take().ns
+    busy = CpuTimeTimer().bind(lambda: _spin(0.02))
+    timed = busy.take()
+    assert 2e7 <= timed.ns < 5e7 and timed.sm_clock_mhz is None
+    assert busy.resolution_ns == 1.0
+    # Its own method, so its series never merge with the wall clock's.
+    assert CpuTimeTimer.method.label() == f"cpu-process-time/warm/h{HARNESS_VERSION}"
 
 
 def test_flush_is_twice_the_l2_or_a_safe_default():
@@ -72,6 +92,7 @@ def test_graph_holds_enough_launches_to_dwarf_event_resolution():
         ("cuda", "cuda-events", "warm", ("cuda-events", "warm")),
         ("cuda", "cuda-graph", None, ("cuda-graph", "warm")),
         ("cpu", "auto", None, ("cpu-perf-counter", "warm")),
+        ("cpu", "cpu-process-time", None, ("cpu-process-time", "warm")),
     ],
 )
 def test_method_resolution(kind, timer, l2, expected):
@@ -84,6 +105,8 @@ def test_method_resolution(kind, timer, l2, expected):
         ("cpu", "cuda-events", None, "needs a CUDA GPU"),
         ("cuda", "cuda-graph", "cold", "cannot flush L2"),
         ("cuda", "cpu-perf-counter", None, "asynchronous"),
+        ("cuda", "cpu-process-time", None, "asynchronous"),
+        ("cpu", "cpu-process-time", "cold", "cannot flush L2"),
         ("cuda", "nvbench", None, "unknown timer"),
         ("cpu", "auto", "lukewarm", "unknown L2 state"),
     ],
@@ -95,3 +118,4 @@ def test_impossible_methods_are_refused_with_what_to_do(kind, timer, l2, message
 
 def test_make_timer_on_the_cpu():
     assert isinstance(make_timer("cpu", "auto", None, None, None), CpuTimer)
+    assert isinstance(make_timer("cpu", "cpu-process-time", None, None, None), CpuTimeTimer)

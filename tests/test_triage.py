@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from synthetic_series import make_series
 
 from kernelwatch.analysis.changepoints import ChangePoint, detect
-from kernelwatch.analysis.synthetic import make_series
 from kernelwatch.analysis.triage_rules import (
     Triage,
     TriageError,

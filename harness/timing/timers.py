@@ -6,6 +6,10 @@ identity).
 
 - :class:`CpuTimer` (``cpu-perf-counter``): ``perf_counter_ns`` around a synchronous call;
   what CI runs, through exactly the sampling code the GPU uses.
+- :class:`CpuTimeTimer` (``cpu-process-time``, asked for by name, never ``auto``): the child's
+  own CPU time around a synchronous call. Time the child spends waiting for a core another
+  process holds is not in it, so a planted slowdown reads the same on a loaded machine; nor
+  is any time the call spends blocked, so it suits CPU-bound work (the interpreter) only.
 - :class:`CudaTimer` (``cuda-events``, ``cuda-graph``), nvbench's cold-sample scheme: on a
   dedicated stream, (1) flush L2 by zeroing a buffer twice its size, outside the timed region;
   (2) enqueue a ``torch.cuda._sleep`` spin long enough that the host has queued the start
@@ -43,6 +47,7 @@ from kernelwatch.harness.timing.telemetry import Probe, State, sampled
 HARNESS_VERSION = 2
 
 CPU_TIMER, EVENTS_TIMER, GRAPH_TIMER = "cpu-perf-counter", "cuda-events", "cuda-graph"
+CPU_TIME_TIMER = "cpu-process-time"
 COLD, WARM = "cold", "warm"
 
 #: Flush size when the device does not report its L2: covers twice B200's ~126 MB.
@@ -110,6 +115,21 @@ class CpuTimer:
         return Sampler(take, resolution_ns=1.0)
 
 
+class CpuTimeTimer:
+    """The child process's CPU time (every thread of it) around a synchronous call: a
+    time slice another process takes while the call runs is not counted."""
+
+    method = Method(CPU_TIME_TIMER, WARM, HARNESS_VERSION)
+
+    def bind(self, fn: Callable[[], object]) -> Sampler:
+        def take() -> Timed:
+            start = time.process_time_ns()
+            fn()
+            return Timed(float(time.process_time_ns() - start))
+
+        return Sampler(take, resolution_ns=1.0)
+
+
 def flush_bytes(l2_bytes: int | None) -> int:
     """The L2 flush buffer: twice the L2 the device reports, so nothing survives the flush."""
     return 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
@@ -151,14 +171,19 @@ def resolve_method(kind: str, timer: str, l2: str | None) -> tuple[str, str]:
     to cold where it can be flushed."""
     if timer == "auto":
         timer = EVENTS_TIMER if kind == "cuda" else CPU_TIMER
-    if timer not in (CPU_TIMER, EVENTS_TIMER, GRAPH_TIMER):
+    host_timers = (CPU_TIMER, CPU_TIME_TIMER)
+    if timer not in (*host_timers, EVENTS_TIMER, GRAPH_TIMER):
         raise ValueError(
-            f"unknown timer {timer!r}; use auto, {EVENTS_TIMER}, {GRAPH_TIMER} or {CPU_TIMER}"
+            f"unknown timer {timer!r}; use auto, {EVENTS_TIMER}, {GRAPH_TIMER}, {CPU_TIMER} "
+            f"or {CPU_TIME_TIMER}"
         )
-    if kind != "cuda" and timer != CPU_TIMER:
-        raise ValueError(f"timer {timer!r} needs a CUDA GPU; on the CPU use {CPU_TIMER} or auto")
-    if kind == "cuda" and timer == CPU_TIMER:
-        raise ValueError(f"{CPU_TIMER} would time asynchronous launches on a GPU; use auto")
+    if kind != "cuda" and timer not in host_timers:
+        raise ValueError(
+            f"timer {timer!r} needs a CUDA GPU; on the CPU use {CPU_TIMER}, {CPU_TIME_TIMER} "
+            "or auto"
+        )
+    if kind == "cuda" and timer in host_timers:
+        raise ValueError(f"{timer} would time asynchronous launches on a GPU; use auto")
     natural = COLD if timer == EVENTS_TIMER else WARM
     l2 = l2 or natural
     if l2 not in (COLD, WARM):
@@ -280,6 +305,8 @@ def make_timer(
     name, l2_state = resolve_method(kind, timer, l2)
     if name == CPU_TIMER:
         return CpuTimer()
+    if name == CPU_TIME_TIMER:
+        return CpuTimeTimer()
     return CudaTimer(l2_state, name == GRAPH_TIMER, l2_bytes, max_sm_clock_mhz)
 
 

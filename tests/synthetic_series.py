@@ -1,5 +1,6 @@
 """Labelled synthetic kernel-time series with GPU-like noise, shared by the tests and the
-detector evaluation (scripts/eval_detection.py).
+detector evaluations (scripts/eval_detection.py, scripts/eval_detector_cases.py), which put
+tests/ on their path: test data, not part of the installed package.
 
 Each point stands for one commit's measured time (a run's median). The noise model follows
 what shared GPU fleets show (docs/DETECTION.md lists the parameters and why):

@@ -3,8 +3,9 @@ nightly runs (plus PR runs), with noisy samples, clocks, throttling and a 3 % st
 days; and the change points and regressions detection would write on it.
 
 The store and dashboard benchmarks (``scripts/bench_store.py``, ``scripts/bench_dashboards.py``)
-load it at scale; the store tests load small fleets of it. Kernel-time series for the
-detector alone (no records, no store) are ``analysis/synthetic.py``'s.
+load it at scale (they put tests/ on their path); the store tests load small fleets of it.
+It is test data, not part of the installed package. Kernel-time series for the detector
+alone (no records, no store) are ``synthetic_series.py``'s.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from kernelwatch.store.runfile import Run
 
 MODELS = (("NVIDIA H100 80GB HBM3", "9.0", 132), ("NVIDIA H200", "9.0", 132),
           ("NVIDIA B200", "10.0", 148))  # fmt: skip
-KERNELS = ("rmsnorm", "add_rmsnorm", "softmax", "silu_and_mul", "rope", "gemm", "flash_attention")
+# Built-in kernels' names, so each case's family is the one the built-in spec gives it.
+KERNELS = ("rms_norm", "fused_add_rms_norm", "softmax", "silu_and_mul", "rope", "gemm",
+           "flash_attention")  # fmt: skip
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES_PER_MODEL = 4
 REPOSITORY = "github.com/example/llm-kernels"
