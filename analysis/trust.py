@@ -103,8 +103,13 @@ def settled(findings: Sequence[Finding]) -> bool:
 
 def pair_verdict(base: Measurement, head: Measurement) -> dict[str, Any]:
     """An A/A case's verdict and its numbers as ``aa.json`` keeps them (what :func:`judge`
-    reads back), not the samples."""
-    verdict = compare_measurements(base, head)
+    reads back), not the samples. A side with too few unthrottled samples is not judged: the
+    pair keeps the reason, and :func:`judge` counts it as an open case, never a crash."""
+    try:
+        verdict = compare_measurements(base, head)
+    except ValueError as exc:
+        return {"verdict": None, "same_config": base.config == head.config,
+                "verdict_reason": f"not judged: {exc}"}  # fmt: skip
     return {
         "verdict": verdict.verdict,
         "ratio": verdict.ratio,
@@ -131,11 +136,16 @@ def _aa(stage: Mapping[str, Any], data: Mapping[str, Any]) -> Judged:
     errors = [c for c in cases if c["status"] == "error"]
     not_same = [c for c in timed if c["verdict"] != "SAME"]
     regressions = [c for c in not_same if c["verdict"] in ("SLOWER", "FASTER")]
+    # An ok pair with no verdict is one pair_verdict could not judge (it says why).
+    unjudged = [
+        c for c in cases if c["status"] == "ok" and "verdict_reason" in c and c["verdict"] is None
+    ]
     details = [
         f"{c['kernel']} {c['case']}: {c['verdict']} (B/A {c['ratio']:.4f}, "
         f"95% CI {c['ci_low']:.4f}-{c['ci_high']:.4f})"
         for c in not_same
     ] + [f"{c['kernel']} {c['case']}: error: {c['reason']}" for c in errors]
+    details += [f"{c['kernel']} {c['case']}: {c['verdict_reason']}" for c in unjudged]
     line = (
         f"{_share(len(not_same), len(timed))} verdicts other than SAME "
         f"({len(regressions)} SLOWER/FASTER) over {len(timed)} of {stage['planned']} cases; "
@@ -149,6 +159,8 @@ def _aa(stage: Mapping[str, Any], data: Mapping[str, Any]) -> Judged:
         return FAIL, line, details
     if len(cases) < stage["planned"]:
         return INCOMPLETE, line + " (the deadline stopped the rest)", details
+    if unjudged:
+        return INCOMPLETE, line + f"; {len(unjudged)} pair(s) too few samples to judge", details
     return PASS, line, details
 
 

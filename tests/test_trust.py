@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import measurement
 
 from kernelwatch.analysis import trust
 from kernelwatch.analysis.trust import FAIL, INCOMPLETE, PASS, SKIPPED
@@ -89,6 +90,22 @@ AA_EDGES = [
     (_aa([None, None], planned=2), INCOMPLETE),  # nothing timed (unsupported)
     (_aa([], planned=5), INCOMPLETE),
 ]
+
+
+def test_an_a_a_pair_with_too_few_samples_is_an_incomplete_line_not_a_crash():
+    """A side left with one unthrottled sample cannot be judged: the pair says so, and the
+    question stays open however many other pairs were SAME."""
+    base = measurement(samples_ns=(1000.0, 1010.0, 990.0), throttled=(True, True, False))
+    row = trust.pair_verdict(base, measurement())
+    assert row["verdict"] is None
+    assert "at least 2 samples" in row["verdict_reason"]
+    stage = _aa(["SAME"] * 10)
+    stage["cases"].append({**_aa_case(10, None), **row})
+    stage["planned"] = 11
+    finding = _finding("aa", stage)
+    assert finding.status == INCOMPLETE
+    assert "1 pair(s) too few samples to judge" in finding.line
+    assert any("n=10: not judged" in line for line in finding.details)
 
 
 def test_the_a_a_line_quotes_its_counts_and_target_and_each_odd_case():
