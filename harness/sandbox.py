@@ -36,18 +36,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelwatch.harness.cuda_kernel import CUBIN_DIR_ENV
 from kernelwatch.harness.distributed.nodes import ENV as NODES_ENV
 from kernelwatch.harness.distributed.nodes import spans_nodes
 from kernelwatch.harness.suite import SuiteRef, revision_of
 
 USER_ENV = "KERNELWATCH_SANDBOX_USER"
 DEFAULT_USER = "kernelwatch-sandbox"
-#: Variables a child inherits by name, and by prefix. Anything else is dropped.
+#: Variables a child inherits by name, and by prefix. Anything else is dropped. The prebuilt
+#: cubins' folder is how a GPU host without nvcc runs the CUDA C++ kernels.
 ALLOWED = frozenset(
     {
         "PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "CC", "CXX",
         "PYTHONPATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
-        "PYTHONWARNINGS", "PYTHONFAULTHANDLER", *NODES_ENV,
+        "PYTHONWARNINGS", "PYTHONFAULTHANDLER", *NODES_ENV, CUBIN_DIR_ENV,
     }
 )  # fmt: skip
 #: NCCL_ and GLOO_: the collectives' tuning (recorded in a world's fabric) and the network

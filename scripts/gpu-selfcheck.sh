@@ -20,6 +20,9 @@ if [[ ! -f "${wheels[0]}" ]]; then
 fi
 site="$(mktemp -d)"
 trap 'rm -rf "$site"' EXIT
+# mktemp makes it 0700 and root's: the sandboxed children run as another user and must
+# import kernelwatch from it too.
+chmod 0755 "$site"
 python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
   "${wheels[0]}" "$site" || exit 1
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernelwatch.harness.channel import Forged, Reader, Writer, new_key
+from kernelwatch.harness.cuda_kernel import CUBIN_DIR_ENV
 from kernelwatch.harness.sandbox import child_env, namespaces_available
 from kernelwatch.harness.suite import SuiteRef
 from kernelwatch.harness.supervise import CheckRequest, run_checks
@@ -115,6 +116,13 @@ def test_pr_code_runs_as_an_unprivileged_user_with_no_network(hostile_run):
         assert accepted == []
     else:
         pytest.skip("no network namespace can be made here: the child keeps the network")
+
+
+def test_the_prebuilt_cubins_reach_the_child(tmp_path):
+    """A GPU host without nvcc loads the CUDA C++ kernels from ``$KERNELWATCH_CUBIN_DIR``
+    (scripts/gpu-selfcheck.sh sets it); a child that lost it compiled with nvcc or failed."""
+    env = child_env({CUBIN_DIR_ENV: "/opt/cubins", "PATH": "/usr/bin"}, tmp_path / "home")
+    assert env[CUBIN_DIR_ENV] == "/opt/cubins"
 
 
 def test_child_environment_is_an_allow_list(tmp_path):

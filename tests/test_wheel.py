@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,39 @@ def test_no_tracked_file_is_ignored():
         ["git", "check-ignore", "--no-index", "-q", "harness/build/new_module.py"], cwd=ROOT
     )
     assert probe.returncode == 1, "a new file under harness/build/ would be ignored"
+
+
+def test_the_self_check_script_unpacks_the_wheel_where_the_sandbox_user_can_read_it(tmp_path):
+    """gpu-selfcheck.sh unpacks the wheel into a mktemp folder (0700, root's); the sandboxed
+    children, another user, import kernelwatch from there. A stand-in ``python3`` records
+    what the self-check command would have been started with."""
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / "wheels").mkdir()
+    (checkout / "scripts" / "gpu-selfcheck.sh").write_text(
+        (ROOT / "scripts" / "gpu-selfcheck.sh").read_text()
+    )
+    with zipfile.ZipFile(checkout / "wheels" / "kernelwatch-0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("kernelwatch/__init__.py", "")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    probe = tmp_path / "probe"
+    (bin_dir / "python3").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-m" ]; then\n'
+        f'  site="${{PYTHONPATH%%:*}}"\n'
+        f'  echo "$(stat -c %a "$site") $KERNELWATCH_CUBIN_DIR" > {probe}\n'
+        f"  exit 0\n"
+        f"fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    (bin_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        ["bash", "scripts/gpu-selfcheck.sh"], cwd=checkout, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    mode, cubins = probe.read_text().split()
+    assert mode == "755"
+    assert cubins == str(checkout / "wheels" / "cubins")
