@@ -55,6 +55,18 @@ def test_the_power_cap_bit_alone_does_not_drop_a_sample():
     assert slow.throttled and slow.sm_clock_mhz == 1200.0
 
 
+@pytest.mark.parametrize("bit", [0x8, 0x40, 0x80])  # hw-slowdown, hw-thermal, hw-power-brake
+def test_a_hardware_slowdown_over_the_sample_flags_it_whatever_the_clock(bit):
+    """The hardware's own slowdowns clamp the clock in bursts a clock read beside the sample
+    can miss: a sample they touched is throttled even at full clock. The software power cap
+    and sync boost stay information."""
+    probe = open_probe("GPU-1", fake_nvml(reasons=lambda: bit | 0x4))
+    sample = sampled(lambda: Timed(1000.0, sm_clock_mhz=1980.0), probe)()
+    assert sample.throttled and sample.throttle_reasons == bit | 0x4
+    quiet = open_probe("GPU-1", fake_nvml(reasons=lambda: 0x4 | 0x10))
+    assert not sampled(lambda: Timed(1000.0, sm_clock_mhz=1980.0), quiet)().throttled
+
+
 def test_the_clock_the_gpu_measured_decides_over_nvmls_snapshot():
     probe = open_probe("GPU-1", fake_nvml(sm_clock=lambda: 1980.0))
     sample = sampled(lambda: Timed(1000.0, sm_clock_mhz=1100.0), probe)()

@@ -7,7 +7,9 @@ when NVML is missing, cannot start, or cannot find the device: telemetry never c
 run. The NVML module is passed in, so tests drive the real code path with a fake one.
 
 Throttling is decided as nvbench decides it: from the SM clock over the sample against the
-device's maximum SM clock, flagged below :data:`THROTTLE_CLOCK_RATIO` of it. The clock-event
+device's maximum SM clock, flagged below :data:`THROTTLE_CLOCK_RATIO` of it, and by the
+hardware's own slowdowns (:data:`HARDWARE_SLOWDOWN_REASONS`: slowdown, thermal, power brake),
+which clamp the clock in bursts a reading beside the sample can miss. The other clock-event
 reason bits are recorded as information only: H100s and H200s sit at their software power cap
 (0x4) through most compute-bound work at nearly full clock, and keeping only the samples
 taken without it would keep those taken after a pause, cooler than the kernel runs.
@@ -45,6 +47,8 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x100: "display-clocks",
 }
 LOCKED_CLOCKS_REASON = 0x2
+#: hw-slowdown, hw-thermal-slowdown, hw-power-brake: a sample they touched is throttled.
+HARDWARE_SLOWDOWN_REASONS = 0x8 | 0x40 | 0x80
 
 
 def is_throttled(sm_clock_mhz: float | None, max_sm_clock_mhz: float | None) -> bool:
@@ -258,8 +262,8 @@ def nvml_uuids(uuid: str) -> list[str]:
 def sampled(take: Callable[[], Timed], probe: Probe) -> Callable[[], Sample]:
     """Wrap a timer's ``take`` so each sample carries the device's readings over it: the SM
     clock the timer measured (else the lower of NVML's readings before and after), the memory
-    clock after, the clock-event reasons seen before or after, and whether that SM clock
-    was throttled against the device's maximum."""
+    clock after, the clock-event reasons seen before or after, and whether the sample was
+    throttled: that SM clock against the device's maximum, or a hardware slowdown seen."""
 
     def sample() -> Sample:
         before = probe.read()
@@ -268,13 +272,15 @@ def sampled(take: Callable[[], Timed], probe: Probe) -> Callable[[], Sample]:
         clock = timed.sm_clock_mhz
         if clock is None:
             clock = min(_known([before.sm_clock_mhz, after.sm_clock_mhz]), default=None)
-        reasons = _known([before.throttle_reasons, after.throttle_reasons])
+        known = _known([before.throttle_reasons, after.throttle_reasons])
+        reasons = reduce(int.__or__, known) if known else None
         return Sample(
             timed.ns,
             clock,
             after.mem_clock_mhz,
-            reduce(int.__or__, reasons) if reasons else None,
-            is_throttled(clock, probe.max_sm_clock_mhz),
+            reasons,
+            is_throttled(clock, probe.max_sm_clock_mhz)
+            or bool((reasons or 0) & HARDWARE_SLOWDOWN_REASONS),
         )
 
     return sample
