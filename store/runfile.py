@@ -73,7 +73,7 @@ def _clean(value: Any) -> Any:
 
 def read_run_file(path: Path) -> Run:
     """Read a JSON-lines run file; raises RecordError naming the file and line when it is
-    malformed."""
+    malformed (nested too deep included)."""
     info: RunInfo | None = None
     records: list[RunRecord] = []
     with open(path) as handle:
@@ -84,6 +84,8 @@ def read_run_file(path: Path) -> Run:
                 record = read_record(json.loads(line))
             except (json.JSONDecodeError, RecordError) as exc:
                 raise RecordError(f"{path}:{number}: {exc}") from exc
+            except RecursionError as exc:  # json's decoder gives up on deep nesting this way
+                raise RecordError(f"{path}:{number}: JSON nested too deep to read") from exc
             if isinstance(record, RunInfo):
                 if info is not None:
                     raise RecordError(f"{path}:{number}: a second run header")

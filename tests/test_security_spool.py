@@ -109,3 +109,24 @@ def test_two_replays_at_once_neither_crash_nor_duplicate(
     loaded = [run_id for report in reports for run_id in report.loaded]
     assert sorted(loaded) == sorted(r.info.run_id for r in runs)
     assert _count(store_url, "SELECT count(*) FROM runs") == len(runs)
+
+
+def test_a_deeply_nested_spool_file_is_rejected_and_the_genuine_run_behind_it_replays(
+    store_url, tmp_path, make_run, make_correctness
+):
+    """``{"a":`` 100,000 times: json's decoder gives up with RecursionError, which used to end
+    ``db replay`` in a traceback and leave the genuine run behind it stuck."""
+    config = _config(store_url, tmp_path)
+    spool = config.spool_dir
+    spool.mkdir()
+    (spool / "0-deep.jsonl").write_text('{"a":' * 100_000 + "\n")
+    good = make_run([make_correctness()])
+    spool_run(good, spool)
+
+    report = replay(config)
+
+    assert report.loaded == [good.info.run_id]
+    ((rejected, reason),) = report.rejected
+    assert rejected.name == "0-deep.jsonl"
+    assert "nested too deep" in reason and "\n" not in reason
+    assert pending(spool) == []
