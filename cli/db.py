@@ -88,9 +88,12 @@ def stop() -> None:
 
 
 def _revision(url: str) -> str | None:
-    import psycopg
-
     from kernelwatch.store import migrate
+    from kernelwatch.store.connect import StoreUnavailable, open_connection
 
-    with psycopg.connect(url) as conn:
+    try:
+        conn = open_connection(url)
+    except StoreUnavailable as exc:
+        fail(str(exc), code=1)
+    with conn:
         return migrate.current_revision(conn)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import psycopg
 
 from kernelwatch.config.database import StoreConfig
+from kernelwatch.config.redact import redact_url
 from kernelwatch.config.settings import load
 from kernelwatch.store import migrate
 from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer, ServerState
@@ -42,7 +43,7 @@ def resolve(config: StoreConfig | None = None) -> Target:
     except EmbeddedError as exc:
         raise StoreUnavailable(str(exc)) from exc
     url = server.url()
-    with _open(url) as conn:
+    with open_connection(url) as conn:
         current = migrate.current_revision(conn)
     if current != migrate.HEAD:
         migrate.upgrade(url)
@@ -51,7 +52,7 @@ def resolve(config: StoreConfig | None = None) -> Target:
 
 def connect(url: str) -> psycopg.Connection:
     """Open a connection and check the schema is at this kernelwatch's revision."""
-    conn = _open(url)
+    conn = open_connection(url)
     current = migrate.current_revision(conn)
     conn.rollback()
     if current != migrate.HEAD:
@@ -64,16 +65,28 @@ def connect(url: str) -> psycopg.Connection:
 
 
 def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages and status output."""
-    info = psycopg.conninfo.conninfo_to_dict(url)
+    """``url`` with any password replaced by ``***``, for messages and status output; one
+    libpq cannot parse keeps no user info, query or anything unreadable."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return redact_url(url)
     if "password" in info:
         info["password"] = "***"
     return psycopg.conninfo.make_conninfo(**info)
 
 
-def _open(url: str) -> psycopg.Connection:
+def open_connection(url: str) -> psycopg.Connection:
+    """A connection to ``url``, whatever its schema; StoreUnavailable (its message free of
+    secrets) when it cannot be parsed or reached."""
     try:
         return psycopg.connect(url, connect_timeout=10)
+    except psycopg.ProgrammingError:
+        # libpq's parse error quotes the token it choked on, which is often the password.
+        raise StoreUnavailable(
+            f"cannot parse the database URL {redacted(url)}: percent-encode the password's "
+            "special characters (% as %25, @ as %40) and bracket an IPv6 host ([::1])"
+        ) from None
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StoreUnavailable(f"cannot connect to {redacted(url)}: {first}") from exc

@@ -57,6 +57,27 @@ def test_database_password_is_not_in_store_errors():
     assert SECRET not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://writer:{secret}%PW@127.0.0.1:1/x",  # a password with a bare %
+        "postgres://writer:{secret}@[::1:bad/x",  # an IPv6 host missing its bracket
+    ],
+)
+def test_an_unparsable_database_url_is_one_line_without_its_password(kernelwatch_cli, url):
+    """psycopg quotes the token it could not parse, the password itself, and its
+    ProgrammingError used to escape as a traceback from ``db status`` and every flow."""
+    url = url.format(secret=SECRET)
+    with pytest.raises(StoreUnavailable) as caught:
+        connect(url)
+    assert SECRET not in str(caught.value) and "\n" not in str(caught.value)
+    proc = kernelwatch_cli("db", "status", env={"KERNELWATCH_DATABASE_URL": url})
+    assert proc.returncode != 0
+    assert SECRET not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_redact_takes_user_info_queries_and_webhook_paths():
     assert redact_url(f"https://u:{SECRET}@h.example:8443/a/b?x={SECRET}") == (
         "https://***@h.example:8443/a/b?***"
