@@ -43,14 +43,23 @@ def _review(login: str, association: str, state: str, commit: str) -> dict:
             "state": state, "commit_id": commit}  # fmt: skip
 
 
-def _gate(tmp_path: Path, event: dict, extra_reviews: list[dict] = ()) -> dict[str, str]:
+#: Each reviewer's permission on the repository, as the workflow's step writes it from
+#: ``gh api repos/R/collaborators/LOGIN/permission --jq .permission``.
+PERMISSIONS = {"maintainer-a": "admin", "maintainer-b": "write", "outside-friend": "read"}
+
+
+def _gate(
+    tmp_path: Path, event: dict, extra_reviews: list[dict] = (), permissions: dict = PERMISSIONS
+) -> dict[str, str]:
     """Run the gate as the workflow's step does; its ``$GITHUB_OUTPUT`` lines as a dict."""
     (tmp_path / "event.json").write_text(json.dumps(event))
     pages = (PAYLOADS / "reviews_race.json").read_text()
     (tmp_path / "reviews.json").write_text(pages + json.dumps(list(extra_reviews)))
+    lines = "".join(f"{login}\t{permission}\n" for login, permission in permissions.items())
+    (tmp_path / "permissions.tsv").write_text(lines)
     proc = subprocess.run(
         [sys.executable, str(GATE), str(tmp_path / "event.json"), str(tmp_path / "reviews.json"),
-         "--label", "safe-to-benchmark"],
+         str(tmp_path / "permissions.tsv"), "--label", "safe-to-benchmark"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -83,6 +92,22 @@ def test_labelled_fork_runs_only_at_the_sha_a_maintainer_approved(tmp_path):
     assert _gate(tmp_path, _event(), dismissed)["run"] == "false"
 
 
+def test_only_a_reviewer_who_can_write_to_the_repository_approves_a_fork(tmp_path):
+    """``COLLABORATOR`` is also a read-only collaborator's association: the approval counts
+    only from a reviewer whose permission on the repository is write, maintain or admin."""
+    approved = [_review("maintainer-b", "COLLABORATOR", "APPROVED", LABELLED)]
+    read_only = {**PERMISSIONS, "maintainer-b": "read"}
+    assert _gate(tmp_path, _event(), approved, read_only)["run"] == "false"
+    unknown = {k: v for k, v in PERMISSIONS.items() if k != "maintainer-b"}
+    assert _gate(tmp_path, _event(), approved, unknown)["run"] == "false"  # not asked: no
+    assert (
+        _gate(tmp_path, _event(), approved, {**PERMISSIONS, "maintainer-b": "maintain"})["run"]
+        == "true"
+    )
+    decide = next(s for s in _workflow()["jobs"]["gate"]["steps"] if s.get("id") == "decide")
+    assert "/permission" in decide["run"] and "permissions.tsv" in decide["run"]
+
+
 @pytest.mark.parametrize(
     ("changes", "run", "remove_label"),
     [
@@ -113,8 +138,10 @@ def test_gate_runs_branches_and_takes_the_label_back_from_new_fork_commits(
 def test_gate_bad_payload_is_one_line_exit_2(tmp_path, event):
     (tmp_path / "event.json").write_text(event)
     (tmp_path / "reviews.json").write_text("[]")
+    (tmp_path / "permissions.tsv").write_text("")
     proc = subprocess.run(
-        [sys.executable, str(GATE), str(tmp_path / "event.json"), str(tmp_path / "reviews.json")],
+        [sys.executable, str(GATE), str(tmp_path / "event.json"), str(tmp_path / "reviews.json"),
+         str(tmp_path / "permissions.tsv")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stdout == ""

@@ -5,14 +5,16 @@ request's reviews (``GET /repos/{repo}/pulls/{n}/reviews``, every page).
 A pull request from the repository itself runs at its head. A fork's runs only when a
 maintainer applies the trust label, and only at a commit a maintainer approved: the head the
 label was applied to (the payload's ``pull_request.head.sha``) must be the ``commit_id`` of an
-approving review by an owner, member or collaborator whose latest verdict is still that
-approval. A label on anything else is taken back, and so is the label when new commits
-arrive; the run uses the approved SHA, never whatever the head is later.
+approving review by an owner, member or collaborator who can write to the repository (its
+permission, asked of GitHub per reviewer: a read-only collaborator is a ``COLLABORATOR``
+too) and whose latest verdict is still that approval. A label on anything else is taken
+back, and so is the label when new commits arrive; the run uses the approved SHA, never
+whatever the head is later.
 
 Standard library only: it runs on GitHub's runner before anything is installed. Prints the
 decision as ``key=value`` lines for ``$GITHUB_OUTPUT``; bad input is one line and exit 2.
 
-    python3 pr_gate.py EVENT.json REVIEWS.json [--label safe-to-benchmark]
+    python3 pr_gate.py EVENT.json REVIEWS.json PERMISSIONS.tsv [--label safe-to-benchmark]
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from typing import Any
 DEFAULT_LABEL = "safe-to-benchmark"
 #: Who may approve a fork's commit for the fleet (``author_association`` of the review).
 MAINTAINERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+#: ...and the permissions on the repository that may (GitHub's ``.permission`` says
+#: ``write`` for maintain; ``maintain`` is the ``role_name``'s word).
+WRITERS = frozenset({"admin", "maintain", "write"})
+_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\[bot\])?")
 #: Review states that change a reviewer's verdict; a plain comment does not.
 _VERDICTS = frozenset({"APPROVED", "CHANGES_REQUESTED", "DISMISSED"})
 _SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
@@ -59,14 +65,18 @@ class Decision:
         return "".join(f"{key}={value}\n" for key, value in fields.items())
 
 
-def approved_commits(reviews: list[dict[str, Any]]) -> set[str]:
+def approved_commits(reviews: list[dict[str, Any]], permissions: dict[str, str]) -> set[str]:
     """The commits a maintainer approved and still stands by: each maintainer's latest
-    verdict (reviews come oldest first), where it is an approval."""
+    verdict (reviews come oldest first), where it is an approval. A maintainer is a reviewer
+    of a maintaining association whose permission (``permissions``; missing: none) writes."""
     latest: dict[str, dict[str, Any]] = {}
     for review in reviews:
-        user = review.get("user") or {}
-        if review.get("state") in _VERDICTS and review.get("author_association") in MAINTAINERS:
-            latest[str(user.get("login"))] = review
+        login = str((review.get("user") or {}).get("login"))
+        maintainer = (
+            review.get("author_association") in MAINTAINERS and permissions.get(login) in WRITERS
+        )
+        if review.get("state") in _VERDICTS and maintainer:
+            latest[login] = review
     return {
         str(review["commit_id"])
         for review in latest.values()
@@ -75,7 +85,10 @@ def approved_commits(reviews: list[dict[str, Any]]) -> set[str]:
 
 
 def decide(
-    event: dict[str, Any], reviews: list[dict[str, Any]], label: str = DEFAULT_LABEL
+    event: dict[str, Any],
+    reviews: list[dict[str, Any]],
+    permissions: dict[str, str],
+    label: str = DEFAULT_LABEL,
 ) -> Decision:
     """The gate's decision for one ``pull_request_target`` event."""
     try:
@@ -101,7 +114,7 @@ def decide(
             return verdict(False, f"label {applied!r} starts nothing")
         if not fork:
             return verdict(True, f"{label} on a branch of this repository")
-        if head in approved_commits(reviews):
+        if head in approved_commits(reviews, permissions):
             return verdict(True, f"a maintainer approved {head[:12]}, the labelled commit")
         return verdict(
             False,
@@ -134,16 +147,32 @@ def read_reviews(text: str) -> list[dict[str, Any]]:
     return reviews
 
 
+def read_permissions(text: str) -> dict[str, str]:
+    """``login<TAB>permission`` lines, as the workflow writes them, into a dict."""
+    permissions = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        login, tab, permission = line.partition("\t")
+        if not tab or not _LOGIN.fullmatch(login) or not permission.isalpha():
+            raise GateError(f"permissions line {number} is not 'login<TAB>permission'")
+        permissions[login] = permission
+    return permissions
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the decision for ``$GITHUB_OUTPUT``; one line on stderr and exit 2 on bad input."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("event", type=Path, help="the event payload ($GITHUB_EVENT_PATH)")
     parser.add_argument("reviews", type=Path, help="the pull request's reviews, every page")
+    parser.add_argument(
+        "permissions", type=Path, help="each reviewer's permission: 'login<TAB>permission' lines"
+    )
     parser.add_argument("--label", default=DEFAULT_LABEL, help="the trust label")
     args = parser.parse_args(argv)
     try:
         event = json.loads(args.event.read_text())
-        decision = decide(event, read_reviews(args.reviews.read_text()), args.label)
+        reviews = read_reviews(args.reviews.read_text())
+        permissions = read_permissions(args.permissions.read_text())
+        decision = decide(event, reviews, permissions, args.label)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
