@@ -12,6 +12,10 @@ from kernelwatch.cli.arguments import PoolOption, RepositoryOption
 from kernelwatch.cli.console import fail, stderr
 from kernelwatch.cli.localrun import prepare_prefect, run_checked
 
+#: The last line's word for each outcome, which is also the exit status: 2 never reads as
+#: "no regression".
+VERDICTS = {0: "no regression", 1: "regression", 2: "no verdict: the comparison could not be made"}
+
 
 @app.command("pr-check")
 def pr_check(
@@ -45,8 +49,9 @@ def pr_check(
     )
     if summary.error:
         fail(summary.error, code=2)
-    verdict = "regression" if summary.outcome == 1 else "no regression"
-    stderr.print(f"pr-check {summary.head[:12]} vs {summary.base[:12]}: {verdict}")
+    stderr.print(
+        f"pr-check {summary.head[:12]} vs {summary.base[:12]}: {VERDICTS[summary.outcome]}"
+    )
     typer.echo(f"comment: {summary.comment}")
     typer.echo(f"report: {summary.report}")
     raise typer.Exit(summary.outcome)

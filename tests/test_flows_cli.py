@@ -150,3 +150,15 @@ def test_pr_check_command_exits_1_on_the_planted_regression_and_prints_its_files
     assert demo_repo.culprit_kernel in text and "SLOWER" in text.upper()
     assert f"{demo_repo.culprit[:12]} vs {demo_repo.culprit_parent[:12]}: regression" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_pr_check_s_last_line_names_every_outcome_and_2_is_never_no_regression():
+    """The exit status is the comparison's outcome; its line used to say "no regression"
+    for anything but 1, the check that could not be made included."""
+    from typing import get_args
+
+    from kernelwatch.cli.pr_check import VERDICTS
+    from kernelwatch.report.compare import Outcome
+
+    assert set(VERDICTS) == set(get_args(Outcome))
+    assert "regression" not in VERDICTS[2] and VERDICTS[0] == "no regression"
