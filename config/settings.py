@@ -162,6 +162,9 @@ class RunSettings:
     """Seconds one case may run before it counts as hung."""
     report_dir: str = "kernelwatch-reports"
     """Where reports and PR comments are written."""
+    report_url: str = ""
+    """Where `report_dir` is served (e.g. an https URL): a PR comment links its report under
+    it. Empty: the comment names the command that writes the report, never a worker's path."""
 
 
 @dataclass(frozen=True)

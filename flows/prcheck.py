@@ -17,7 +17,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
-from kernelwatch.flows.reporting import artifact_key
+from kernelwatch.flows.reporting import artifact_key, report_url
 from kernelwatch.flows.repos import commit_info, revision
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
@@ -105,7 +105,8 @@ def pr_check(
             conn, run_b.info.run_id, run_a.info.run_id, pr_findings(comparison), str(report)
         )
     comment = out / "pr-comment.md"
-    markdown = pr_comment(comparison, report_link=str(report))
+    link = report_url(report, Path(config.run.report_dir), config.run.report_url)
+    markdown = pr_comment(comparison, report_link=link)
     comment.write_text(markdown)
     create_markdown_artifact(markdown, key=artifact_key("pr-check", repo.name, head_sha[:12]))
     return PrCheckSummary(

@@ -82,6 +82,18 @@ def _next_command(conn: psycopg.Connection, row: dict, worst: dict | None) -> st
     return bisect_command(row["regression_id"], row["repository"])
 
 
+def report_url(report: Path, report_dir: Path, base_url: str) -> str | None:
+    """``report``'s address under ``base_url``, where ``report_dir`` is served; None without
+    a base URL or for a report outside that folder (a path on the worker is no link)."""
+    if not base_url:
+        return None
+    try:
+        relative = report.resolve().relative_to(report_dir.resolve())
+    except ValueError:
+        return None
+    return f"{base_url.rstrip('/')}/{relative.as_posix()}"
+
+
 def artifact_key(*parts: str) -> str:
     """A Prefect artifact key (lowercase letters, digits and dashes only)."""
     return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")

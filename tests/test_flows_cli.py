@@ -148,6 +148,10 @@ def test_pr_check_command_exits_1_on_the_planted_regression_and_prints_its_files
     assert comment.is_file() and report.is_file()
     text = comment.read_text()
     assert demo_repo.culprit_kernel in text and "SLOWER" in text.upper()
+    # The comment is posted on GitHub: a path on this worker means nothing there (and says
+    # where the worker keeps its files). Without a report_url it names the command instead.
+    assert str(tmp_path) not in text and str(report) not in text
+    assert "kernelwatch report --compare" in text
     assert f"{demo_repo.culprit[:12]} vs {demo_repo.culprit_parent[:12]}: regression" in proc.stderr
     assert "Traceback" not in proc.stderr
 

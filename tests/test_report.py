@@ -311,3 +311,16 @@ def test_repro_commands_check_out_the_commit_and_time_the_row():
     assert remote.startswith("git clone https://git.example/k.git kw-repro && git -C kw-repro ")
     assert "--repo kernels --suite builtin" in bench_command(target)
     assert "checkout" not in bench_command(replace(target, sha=None))
+
+
+def test_a_report_is_linked_under_its_served_url_or_not_at_all(tmp_path):
+    """A PR comment's link: the report under ``[run] report_url`` where the report folder is
+    served, nothing (the comment then names the command) without one or outside it."""
+    from kernelwatch.flows.reporting import report_url
+
+    report = tmp_path / "reports" / "pr" / "compare.html"
+    assert report_url(report, tmp_path / "reports", "https://kw.example/r/") == (
+        "https://kw.example/r/pr/compare.html"
+    )
+    assert report_url(report, tmp_path / "reports", "") is None
+    assert report_url(tmp_path / "elsewhere.html", tmp_path / "reports", "https://x/") is None
