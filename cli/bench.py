@@ -10,7 +10,6 @@ from collections import Counter
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from kernelwatch.cli.app import app
@@ -30,6 +29,7 @@ from kernelwatch.cli.arguments import (
     suite_ref,
 )
 from kernelwatch.cli.console import (
+    TextTable,
     fail,
     output_console,
     read_pins,
@@ -164,7 +164,7 @@ def _print_table(records: list[Measurement]) -> None:
     """The measurement table on stdout; reasons shared by many rows are numbered notes."""
     out = output_console(200)
     notes: dict[str, int] = {}
-    table = Table(title="bench" + (f" ({records[0].method.label()})" if records else ""))
+    table = TextTable(title="bench" + (f" ({records[0].method.label()})" if records else ""))
     columns = ("kernel", "case", "dtype", "median", "95% CI", "samples", "TFLOP/s", "GB/s")
     for column in (*columns, "%SOL", "speedup", "status"):
         table.add_column(column, overflow="fold")

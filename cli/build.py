@@ -19,7 +19,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from kernelwatch.analysis.static_diff import Finding, diff_builds
@@ -36,7 +35,7 @@ from kernelwatch.cli.arguments import (
     suite_ref,
 )
 from kernelwatch.cli.configuration import configuration
-from kernelwatch.cli.console import fail, output_console, progress, stderr
+from kernelwatch.cli.console import TextTable, fail, output_console, progress, stderr
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS, parse_archs
 from kernelwatch.harness.build.cache import default_cache_dir
 from kernelwatch.harness.build.stage import (
@@ -231,7 +230,7 @@ def _console() -> Console:
 
 
 def _print_builds(records: list[BuildMetrics]) -> None:
-    table = Table(title="build")
+    table = TextTable(title="build")
     columns = ("kernel", "function", "dtype", "arch", "config", "case", "regs", "spill st/ld B")
     columns += ("smem st+dyn B", "tensor core", "ld bits", "instr", "status")
     for column in columns:
@@ -259,7 +258,7 @@ def _print_builds(records: list[BuildMetrics]) -> None:
 
 
 def _print_findings(findings: list[Finding]) -> None:
-    table = Table(title="static regressions")
+    table = TextTable(title="static regressions")
     for column in ("rule", "kernel", "function", "dtype", "arch", "config", "case", "before"):
         table.add_column(column, overflow="fold")
     table.add_column("after", overflow="fold")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from kernelwatch.cli.app import app
@@ -24,6 +23,7 @@ from kernelwatch.cli.arguments import (
     suite_ref,
 )
 from kernelwatch.cli.console import (
+    TextTable,
     fail,
     output_console,
     read_pins,
@@ -95,7 +95,7 @@ def _print_table(results: list[CorrectnessResult]) -> None:
     printed once, as numbered notes under the table."""
     out = output_console(160)
     notes: dict[str, int] = {}
-    table = Table(title="correctness")
+    table = TextTable(title="correctness")
     for column in ("kernel", "case", "dtype", "rel. error", "tolerance", "verdict", "reason"):
         table.add_column(column, overflow="fold")
     for r in results:

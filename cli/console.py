@@ -7,12 +7,14 @@ import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
+from kernelwatch.config.redact import printable
 from kernelwatch.harness.records import CorrectnessResult, Measurement
 from kernelwatch.harness.timing.pinning import (
     PinFileError,
@@ -22,14 +24,35 @@ from kernelwatch.harness.timing.pinning import (
     pins_to_json,
 )
 
-# Text from the store, kernels and users is printed as text: Rich markup is off everywhere,
-# so an assignee named "[/red]" or a kernel's error is shown as it is, never parsed.
-stderr = Console(stderr=True, markup=False)
+
+class TextConsole(Console):
+    """A console for text from the store, kernels and users, printed as text: Rich markup
+    is off, so an assignee named "[/red]" is shown as it is, never parsed, and terminal
+    escape sequences a kernel wrote are dropped (:func:`printable`)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(markup=False, **options)
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        """Rich's ``print``, with every string made printable first."""
+        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **options)
+
+
+class TextTable(Table):
+    """A table whose string cells are made printable (:func:`printable`): a kernel's error
+    or parameter cannot reach the terminal as an escape sequence."""
+
+    def add_row(self, *cells: RenderableType | None, **options: Any) -> None:
+        """Rich's ``add_row``, with every string cell made printable first."""
+        super().add_row(*(printable(c) if isinstance(c, str) else c for c in cells), **options)
+
+
+stderr = TextConsole(stderr=True)
 
 
 def output_console(width: int) -> Console:
     """The stdout console for tables: the terminal's width, or ``width`` when piped."""
-    return Console(markup=False) if sys.stdout.isatty() else Console(width=width, markup=False)
+    return TextConsole() if sys.stdout.isatty() else TextConsole(width=width)
 
 
 _R = TypeVar("_R", CorrectnessResult, Measurement)

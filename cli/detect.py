@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from kernelwatch.analysis.changepoints import Detection, detect
@@ -26,7 +25,8 @@ from kernelwatch.analysis.thresholds import DetectorConfig, Thresholds
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import JsonOption
 from kernelwatch.cli.configuration import configuration
-from kernelwatch.cli.console import fail, output_console, progress, stderr
+from kernelwatch.cli.console import TextTable, fail, output_console, progress, stderr
+from kernelwatch.config.redact import printable
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def _to_json(result: SeriesResult) -> dict[str, Any]:
 
 def _print_table(results: list[SeriesResult]) -> None:
     out = output_console(160)
-    table = Table(title="change points")
+    table = TextTable(title="change points")
     for column in ("series", "points", "noise", "status", "change points"):
         table.add_column(column, overflow="fold")
     for result in results:
@@ -194,7 +194,8 @@ def _print_table(results: list[SeriesResult]) -> None:
         lines = Text("\n").join(
             Text.assemble(
                 (cp.direction, "bold red" if cp.direction == "regression" else "green"),
-                f" at {cp.index}" + (f" ({s.rev[cp.index]})" if s.rev is not None else ""),
+                f" at {cp.index}"
+                + (f" ({printable(s.rev[cp.index])})" if s.rev is not None else ""),
                 f": {cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})",
                 (" provisional", "yellow") if cp.provisional else "",
             )

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from kernelwatch.analysis.triage_rules import ALLOWED, CLOSED, STATE_FILTERS, TriageError
 from kernelwatch.cli.arguments import JsonOption
 from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
-from kernelwatch.cli.console import fail, output_console, stderr
+from kernelwatch.cli.console import TextTable, fail, output_console, stderr
 
 if TYPE_CHECKING:
     from kernelwatch.config.settings import Notifications
@@ -62,7 +61,7 @@ def list_command(
         for row in rows:
             typer.echo(json.dumps(row, default=str, sort_keys=True))
         return
-    table = Table(title=f"regressions ({state})")
+    table = TextTable(title=f"regressions ({state})")
     for column in ("id", "repository", "title", "state", "cause", "range", "series", "assignee"):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -127,7 +126,7 @@ def show(regression_id: int, json_out: JsonOption = False) -> None:
         markup=False,
         highlight=False,
     )
-    table = Table(title="change points")
+    table = TextTable(title="change points")
     for column in ("kernel", "case", "dtype", "device", "change", "commit"):
         table.add_column(column, overflow="fold")
     for cp in detail["change_point_list"]:

@@ -27,6 +27,7 @@ from kernelwatch.cli.arguments import (
     suite_ref,
 )
 from kernelwatch.cli.console import fail, progress, stderr
+from kernelwatch.config.redact import printable
 from kernelwatch.harness.selfcheck_stages import (
     Backend,
     ChildBackend,
@@ -115,7 +116,7 @@ def selfcheck(
         style = _STATUS_STYLE[finding.status]
         stderr.print(
             Text.assemble((f"{finding.status.upper():10}", style), f" {finding.question}: "),
-            Text(finding.line),
+            Text(printable(finding.line)),
         )
     stderr.print(f"selfcheck: wrote {outcome.folder}", markup=False, highlight=False)
     if not outcome.settled:

@@ -135,3 +135,31 @@ def test_kernel_error_text_is_printed_as_text_not_markup(kernelwatch_cli, tmp_pa
     assert "[/red] closes nothing [bold]" in proc.stdout + proc.stderr
     # The verdict keeps its colour without its markup showing.
     assert not STYLE_TAGS.search(proc.stdout.replace("[/red] closes nothing [bold]", ""))
+
+
+HOSTILE_TEXT = (
+    "boom\x1b[2J\x1b]0;pwned\x07\x1b]8;;https://evil.example\x07click\x1b]8;;\x07\x9b31m\x08!"
+)
+
+
+def test_terminal_escapes_a_kernel_wrote_never_reach_the_terminal():
+    """A kernel's error or parameter reaches the check table and one-line errors: escape
+    sequences (clear screen, retitle, OSC 8 link, a C1 CSI) are dropped, the text kept."""
+    import io
+
+    from kernelwatch.cli.console import TextConsole, TextTable
+    from kernelwatch.config.redact import printable
+
+    assert printable(HOSTILE_TEXT) == "boomclick!"
+    assert printable("tab\tand\nnewline stay, é too") == "tab\tand\nnewline stay, é too"
+    out = io.StringIO()
+    console = TextConsole(file=out, width=120, force_terminal=True)
+    table = TextTable(title="correctness")
+    table.add_column("reason")
+    table.add_row(HOSTILE_TEXT)
+    console.print(table)
+    console.print(f"error: {HOSTILE_TEXT}", highlight=False)
+    text = out.getvalue()
+    assert "pwned" not in text and "evil.example" not in text and "\x9b" not in text
+    assert "\x1b[2J" not in text and "\x1b]" not in text and "\x08" not in text
+    assert text.count("boomclick!") == 2
