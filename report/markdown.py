@@ -71,7 +71,13 @@ def _headline(c: Comparison) -> str:
         lines.append(f"### ❌ kernelwatch: {', '.join(f for f in found if f)}")
     else:
         faster = f" ({len(c.faster)} faster)" if c.faster else ""
-        lines.append(f"### ✅ kernelwatch: no regression{faster}")
+        # An unsettled case is no verdict: "no regression" above it would read as one.
+        ambiguous = len(c.with_verdict("AMBIGUOUS"))
+        if ambiguous:
+            inconclusive = _count(ambiguous, "case inconclusive", "cases inconclusive")
+            lines.append(f"### ⚠️ kernelwatch: {inconclusive}, none slower{faster}")
+        else:
+            lines.append(f"### ✅ kernelwatch: no regression{faster}")
     device = c.head.device
     lines.append(
         f"`{fmt.sha(c.base.commit_sha)}` → `{fmt.sha(c.head.commit_sha)}` on {_text(device.name)} "

@@ -324,3 +324,15 @@ def test_a_report_is_linked_under_its_served_url_or_not_at_all(tmp_path):
     )
     assert report_url(report, tmp_path / "reports", "") is None
     assert report_url(tmp_path / "elsewhere.html", tmp_path / "reports", "https://x/") is None
+
+
+def test_an_ambiguous_case_is_said_in_the_headline_never_under_no_regression():
+    """A case whose interval straddles the margin was never settled: a green "no regression"
+    above it read as a verdict nobody measured."""
+    base = {"case-0": 1000.0, "case-1": 1000.0}
+    head = {"case-0": 1010.0, "case-1": 1000.0}  # the first exactly at the 1% margin
+    c = compare_runs(_side(_header("a" * 40), base, 1), _side(_header("b" * 40), head, 2))
+    assert [x.verdict_name for x in c.cases] == ["AMBIGUOUS", "SAME"]
+    headline = pr_comment(c).splitlines()[1]
+    assert "no regression" not in headline and "✅" not in headline
+    assert headline == "### ⚠️ kernelwatch: 1 case inconclusive, none slower"
