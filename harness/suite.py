@@ -198,7 +198,10 @@ def import_suite(ref: SuiteRef) -> Loaded:
     try:
         if ref.is_file:
             file = _suite_file(ref.target, root)
-            _prepend(src, root or file.parent)
+            # The suite's own folder too, after the repository: a suite kept outside it
+            # imports the helper modules beside it.
+            beside = None if file.parent == root else file.parent
+            _prepend(src, root, beside)
             module = _import_file(file)
         else:
             _prepend(src, root)

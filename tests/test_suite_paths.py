@@ -105,3 +105,27 @@ def test_forgetting_a_checkout_of_nested_namespace_packages(tmp_path):
         loaded.append(load_suite_isolated(SuiteRef("suite.py", str(root), "src")))
     assert [one.suite.names for one in loaded] == [["k"], ["k"]]
     assert not any(name.split(".")[0] == "a" for name in sys.modules)
+
+
+def test_a_suite_outside_the_repository_imports_the_modules_beside_it(tmp_path):
+    """A suite file kept outside the repository (``--suite ~/kw/suite.py --repo .``) with a
+    helper module beside it: its own folder is on ``sys.path`` too, after the repository."""
+    repo, outside = tmp_path / "repo", tmp_path / "kw"
+    repo.mkdir()
+    outside.mkdir()
+    (outside / "kw_helper_beside.py").write_text(
+        "import torch\n"
+        "from kernelwatch.harness.spec import Baseline, KernelSpec, LaunchConfig\n"
+        "SPEC = KernelSpec(name='k', summary='s', make_inputs=lambda p, d, dev, g: {},\n"
+        "    make_outputs=lambda t, p: {}, launch=lambda t, o, p, c: LaunchConfig({}),\n"
+        "    reference=lambda t, p: {}, baseline=Baseline('b', lambda t, p: {}),\n"
+        "    workloads={'smoke': ({'n': 1},)}, flops=lambda p: 1, min_bytes=lambda p, e: 1)\n"
+    )
+    (outside / "suite.py").write_text(
+        "from kernelwatch.harness.spec import Suite\n"
+        "from kw_helper_beside import SPEC\n"
+        "SUITE = Suite(name='outside', kernels=(SPEC,))\n"
+    )
+    loaded = load_suite_isolated(SuiteRef(str(outside / "suite.py"), str(repo)))
+    assert loaded.suite.names == ["k"]
+    assert "kw_helper_beside" not in sys.modules
