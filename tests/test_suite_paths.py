@@ -19,6 +19,16 @@ from kernelwatch.harness.suite import (
     source_of,
 )
 
+#: A module defining ``SPEC``, the smallest valid KernelSpec (never launched here).
+TINY_SPEC = (
+    "import torch\n"
+    "from kernelwatch.harness.spec import Baseline, KernelSpec, LaunchConfig\n"
+    "SPEC = KernelSpec(name='k', summary='s', make_inputs=lambda p, d, dev, g: {},\n"
+    "    make_outputs=lambda t, p: {}, launch=lambda t, o, p, c: LaunchConfig({}),\n"
+    "    reference=lambda t, p: {}, baseline=Baseline('b', lambda t, p: {}),\n"
+    "    workloads={'smoke': ({'n': 1},)}, flops=lambda p: 1, min_bytes=lambda p, e: 1)\n"
+)
+
 
 def test_a_suite_inside_the_repository_is_read_from_the_checkout(tmp_path):
     repo, tree = tmp_path / "repo", tmp_path / "worktree"
@@ -88,14 +98,7 @@ def test_forgetting_a_checkout_of_nested_namespace_packages(tmp_path):
         f"from {'.'.join(levels)}.spec import SPEC\n"
         "SUITE = Suite(name='deep', kernels=(SPEC,))\n"
     )
-    spec = (
-        "import torch\n"
-        "from kernelwatch.harness.spec import Baseline, KernelSpec, LaunchConfig\n"
-        "SPEC = KernelSpec(name='k', summary='s', make_inputs=lambda p, d, dev, g: {},\n"
-        "    make_outputs=lambda t, p: {}, launch=lambda t, o, p, c: LaunchConfig({}),\n"
-        "    reference=lambda t, p: {}, baseline=Baseline('b', lambda t, p: {}),\n"
-        "    workloads={'smoke': ({'n': 1},)}, flops=lambda p: 1, min_bytes=lambda p, e: 1)\n"
-    )
+    spec = TINY_SPEC
     loaded = []
     for checkout in ("one", "two"):
         root = tmp_path / checkout
@@ -113,14 +116,7 @@ def test_a_suite_outside_the_repository_imports_the_modules_beside_it(tmp_path):
     repo, outside = tmp_path / "repo", tmp_path / "kw"
     repo.mkdir()
     outside.mkdir()
-    (outside / "kw_helper_beside.py").write_text(
-        "import torch\n"
-        "from kernelwatch.harness.spec import Baseline, KernelSpec, LaunchConfig\n"
-        "SPEC = KernelSpec(name='k', summary='s', make_inputs=lambda p, d, dev, g: {},\n"
-        "    make_outputs=lambda t, p: {}, launch=lambda t, o, p, c: LaunchConfig({}),\n"
-        "    reference=lambda t, p: {}, baseline=Baseline('b', lambda t, p: {}),\n"
-        "    workloads={'smoke': ({'n': 1},)}, flops=lambda p: 1, min_bytes=lambda p, e: 1)\n"
-    )
+    (outside / "kw_helper_beside.py").write_text(TINY_SPEC)
     (outside / "suite.py").write_text(
         "from kernelwatch.harness.spec import Suite\n"
         "from kw_helper_beside import SPEC\n"
