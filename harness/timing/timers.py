@@ -105,29 +105,25 @@ class CpuTimer:
     """Host wall clock around a synchronous call (the CPU and Triton's interpreter)."""
 
     method = Method(CPU_TIMER, WARM, HARNESS_VERSION)
+    clock: Callable[[], int] = staticmethod(time.perf_counter_ns)
 
     def bind(self, fn: Callable[[], object]) -> Sampler:
+        clock = self.clock
+
         def take() -> Timed:
-            start = time.perf_counter_ns()
+            start = clock()
             fn()
-            return Timed(float(time.perf_counter_ns() - start))
+            return Timed(float(clock() - start))
 
         return Sampler(take, resolution_ns=1.0)
 
 
-class CpuTimeTimer:
+class CpuTimeTimer(CpuTimer):
     """The child process's CPU time (every thread of it) around a synchronous call: a
     time slice another process takes while the call runs is not counted."""
 
     method = Method(CPU_TIME_TIMER, WARM, HARNESS_VERSION)
-
-    def bind(self, fn: Callable[[], object]) -> Sampler:
-        def take() -> Timed:
-            start = time.process_time_ns()
-            fn()
-            return Timed(float(time.process_time_ns() - start))
-
-        return Sampler(take, resolution_ns=1.0)
+    clock: Callable[[], int] = staticmethod(time.process_time_ns)
 
 
 def flush_bytes(l2_bytes: int | None) -> int:
