@@ -255,9 +255,11 @@ def network_namespace_prefix(network: bool = True) -> list[str]:
 
 
 def _python_dirs() -> list[str]:
-    """The directories the child's Python needs: its installation, the virtual environment
-    and everything on ``sys.path`` (site-packages, kernelwatch's own source)."""
-    dirs = {sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent)}
+    """The directories the child's Python needs: its installation, the virtual environment,
+    everything on ``sys.path`` (site-packages) and the folder kernelwatch's packages are
+    imported from, which an editable install reaches through a finder, not ``sys.path``."""
+    kernelwatch = str(Path(__file__).resolve().parent.parent)
+    dirs = {sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent), kernelwatch}
     dirs.update(p for p in sys.path if p and os.path.isdir(p))
     return sorted(dirs)
 

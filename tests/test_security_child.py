@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -179,3 +181,21 @@ def test_sandbox_setup_error_is_one_line_not_a_traceback(kernelwatch_cli, monkey
         "error: no user 'no-such-sandbox-user' on this machine; create it or unset "
         "KERNELWATCH_SANDBOX_USER\n"
     )
+
+
+def test_the_child_is_given_the_folder_kernelwatch_itself_is_imported_from(tmp_path):
+    """An editable install imports kernelwatch from its checkout through a finder, not from
+    ``sys.path``: in a checkout under a private folder (a fresh clone in ``mktemp -d``) the
+    sandbox user could not import ``kernelwatch.harness.runner`` unless that folder is
+    exposed too. Asked of a fresh interpreter elsewhere, as the ``kernelwatch`` command is
+    (``python -m pytest`` has the checkout on ``sys.path`` by chance)."""
+    import kernelwatch.harness
+
+    home = Path(kernelwatch.harness.__file__).resolve().parent.parent
+    probe = (
+        "from kernelwatch.harness.sandbox import _python_dirs; print(*_python_dirs(), sep='\\n')"
+    )
+    dirs = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert str(home) in dirs
