@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelwatch.harness.sandbox import CUBIN_DIR_ENV
 from kernelwatch.harness.spec import KernelUnsupported
 
 CPU_REASON = "CUDA C++ kernel: compile-only without a GPU (see kernelwatch build)"
-#: Where a GPU host without nvcc finds prebuilt cubins.
-CUBIN_DIR_ENV = "KERNELWATCH_CUBIN_DIR"
 
 Dim3 = tuple[int, int, int]
 

@@ -36,13 +36,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelwatch.harness.cuda_kernel import CUBIN_DIR_ENV
 from kernelwatch.harness.distributed.nodes import ENV as NODES_ENV
 from kernelwatch.harness.distributed.nodes import spans_nodes
 from kernelwatch.harness.suite import SuiteRef, revision_of
 
 USER_ENV = "KERNELWATCH_SANDBOX_USER"
 DEFAULT_USER = "kernelwatch-sandbox"
+#: Where a GPU host without nvcc finds prebuilt cubins (harness/cuda_kernel.py reads it).
+#: Declared here, not there, so that the parents that start children never import torch.
+CUBIN_DIR_ENV = "KERNELWATCH_CUBIN_DIR"
 #: Variables a child inherits by name, and by prefix. Anything else is dropped. The prebuilt
 #: cubins' folder is how a GPU host without nvcc runs the CUDA C++ kernels.
 ALLOWED = frozenset(

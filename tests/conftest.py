@@ -55,6 +55,30 @@ if WORKER is None or not os.environ.get("KERNELWATCH_BUILD_CACHE"):
     os.environ["KERNELWATCH_BUILD_CACHE"] = _scratch("kw-build-cache-")
 
 
+#: The files that take longest (a minute or more of CPU each, measured in docs/TESTING.md),
+#: longest first. ./kw test hands whole files to two workers in collection order
+#: (``--dist loadfile --no-loadscope-reorder``): started first, they run beside the many
+#: short files instead of alone at the end. A file missing here only costs balance.
+SLOW_FIRST = (
+    "test_flows.py",
+    "test_demo.py",
+    "test_onboarding.py",
+    "test_flows_cli.py",
+    "test_bench_cli.py",
+    "test_distributed.py",
+    "test_cli_check.py",
+    "test_build.py",
+    "test_prefect_server.py",
+    "test_security_inputs.py",
+    "test_store.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))
+
+
 @pytest.fixture(scope="session")
 def device() -> Device:
     return DEVICE

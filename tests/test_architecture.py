@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -105,3 +107,26 @@ def test_the_file_map_names_every_module_and_nothing_else():
     named = _file_map()
     assert sorted(modules - named) == [], "modules missing from docs/ARCHITECTURE.md's file map"
     assert sorted(named - modules) == [], "the file map names modules that do not exist"
+
+
+#: The modules a parent process loads to start, supervise and record children. The kernels'
+#: own libraries (torch, Triton) belong in the children: importing torch costs a parent ~2 s
+#: of CPU per command, paid again by every check, bench and nightly, on top of the child's.
+PARENTS = (
+    "kernelwatch.cli.check",
+    "kernelwatch.cli.bench",
+    "kernelwatch.cli.build",
+    "kernelwatch.cli.selfcheck",
+    "kernelwatch.cli.pr_check",
+    "kernelwatch.flows.nightly",
+    "kernelwatch.flows.prcheck",
+)
+
+
+@pytest.mark.parametrize("module", PARENTS)
+def test_a_parent_of_children_never_imports_torch_or_triton(module):
+    probe = f"import sys, {module}; print(sorted({{'torch', 'triton'}} & set(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "[]", f"{module} loads {loaded.strip()}"
