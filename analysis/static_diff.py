@@ -109,6 +109,16 @@ def diff_builds(
     return findings
 
 
+def paired_builds(
+    base: Iterable[BuildMetrics], head: Iterable[BuildMetrics]
+) -> list[tuple[BuildMetrics, BuildMetrics]]:
+    """Each build of ``head`` that :func:`diff_builds` compares, with its base build, in
+    ``head``'s order."""
+    head = list(head)
+    pairs = _pairs(list(base), head)
+    return [(pairs[id(after)], after) for after in head if id(after) in pairs]
+
+
 def _pairs(base: list[BuildMetrics], head: list[BuildMetrics]) -> dict[int, BuildMetrics]:
     """Each head build (by ``id``) and the base build it is compared with."""
     base_by_key = {build_key(r): r for r in base}

@@ -10,7 +10,9 @@ from typing import Annotated
 
 import typer
 
-from kernelwatch.harness.suite import SuiteRef, locate
+from kernelwatch.cli.configuration import configuration
+from kernelwatch.cli.console import stderr
+from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef, locate
 
 KernelOption = Annotated[
     list[str] | None, typer.Option("--kernel", "-k", help="Only this kernel (repeatable).")
@@ -20,10 +22,12 @@ DtypesOption = Annotated[
     list[str] | None, typer.Option("--dtype", help="Only these dtypes (repeatable).")
 ]
 SuiteOption = Annotated[
-    str,
+    str | None,
     typer.Option(
         help="Suite module name or path to a suite .py file (in --repo, else in the current "
-        "directory)."
+        "directory). Default: inside a checkout kernelwatch.toml tracks, that repository's "
+        "suite (with its src); elsewhere the built-in one.",
+        show_default=False,
     ),
 ]
 RepoOption = Annotated[
@@ -74,7 +78,19 @@ SavePinsOption = Annotated[
 ]
 
 
-def suite_ref(suite: str, repo: Path | None, src: str | None) -> SuiteRef:
+def suite_ref(suite: str | None, repo: Path | None, src: str | None) -> SuiteRef:
     """The suite that ``--suite``, ``--repo`` and ``--src`` name together (``suite.locate``:
-    a relative ``--suite`` only the current directory has is that file)."""
-    return SuiteRef(locate(suite, repo), str(repo) if repo is not None else None, src)
+    a relative ``--suite`` only the current directory has is that file). Without ``--suite``
+    or ``--repo``, in a checkout the configuration tracks, it is that repository's suite, said
+    in one line: a user who ran ``init`` there means their own kernels, not the built-in ones."""
+    if suite is None and repo is None:
+        tracked = configuration().repository_at(Path.cwd())
+        if tracked is not None:
+            source = Path(tracked.source).expanduser()
+            stderr.print(
+                f"suite: {tracked.suite} of repository {tracked.name!r} (kernelwatch.toml); "
+                "--suite names another"
+            )
+            return SuiteRef(locate(tracked.suite, source), str(source), tracked.src or None)
+    target = BUILTIN_SUITE if suite is None else suite
+    return SuiteRef(locate(target, repo), str(repo) if repo is not None else None, src)

@@ -38,7 +38,6 @@ from kernelwatch.cli.console import (
     stream_records,
 )
 from kernelwatch.harness.records import Measurement
-from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import (
     BenchRequest,
     SelectionUnavailable,
@@ -55,7 +54,7 @@ def bench(
     kernel: KernelOption = None,
     workload: WorkloadOption = "smoke",
     dtype: DtypesOption = None,
-    suite: SuiteOption = BUILTIN_SUITE,
+    suite: SuiteOption = None,
     repo: RepoOption = None,
     src: SrcOption = None,
     seed: SeedOption = 0,
@@ -166,7 +165,11 @@ def _print_table(records: list[Measurement]) -> None:
     notes: dict[str, int] = {}
     table = TextTable(title="bench" + (f" ({records[0].method.label()})" if records else ""))
     columns = ("kernel", "case", "dtype", "median", "95% CI", "samples", "TFLOP/s", "GB/s")
-    for column in (*columns, "%SOL", "speedup", "status"):
+    # In the interpreter the "speedup" is Triton's interpreter against torch's CPU kernels
+    # (~0.004x): a number about the CPU, never about the kernel on a GPU.
+    interpreted = any(r.device.interpreter for r in records)
+    speedup = "speedup (interpreter)" if interpreted else "speedup"
+    for column in (*columns, "%SOL", speedup, "status"):
         table.add_column(column, overflow="fold")
     for r in records:
         s, sol = r.summary, r.sol

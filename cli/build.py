@@ -13,7 +13,7 @@ import importlib.util
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from kernelwatch.analysis.static_diff import Finding, diff_builds
+from kernelwatch.analysis.static_diff import Finding, diff_builds, paired_builds
 from kernelwatch.analysis.thresholds import StaticThresholds, Thresholds
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import (
@@ -47,7 +47,7 @@ from kernelwatch.harness.build.stage import (
     run_build,
 )
 from kernelwatch.harness.records import BuildMetrics
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef, at_revision
+from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef, at_revision, is_file_target
 from kernelwatch.harness.worktree import RevisionError, checkout, top
 
 _ARCHS = ",".join(DEFAULT_ARCHS)
@@ -69,7 +69,7 @@ def build(
     kernel: KernelOption = None,
     dtype: DtypesOption = None,
     workload: WorkloadOption = DEFAULT_WORKLOAD,
-    suite: SuiteOption = BUILTIN_SUITE,
+    suite: SuiteOption = None,
     repo: RepoOption = None,
     src: SrcOption = None,
     workers: WorkersOption = _WORKERS,
@@ -104,7 +104,7 @@ def build_diff(
     kernel: KernelOption = None,
     dtype: DtypesOption = None,
     workload: WorkloadOption = DEFAULT_WORKLOAD,
-    suite: SuiteOption = BUILTIN_SUITE,
+    suite: SuiteOption = None,
     repo: RepoOption = None,
     src: SrcOption = None,
     max_instruction_growth: Annotated[
@@ -119,6 +119,14 @@ def build_diff(
     workers: WorkersOption = _WORKERS,
     no_cache: NoCacheOption = False,
     json_lines: JsonOption = False,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            help="Also print the metrics compared, before -> after, per build (with --json: "
+            "one build_pair line each).",
+        ),
+    ] = False,
 ) -> None:
     """Build BASE and HEAD and report static regressions (spills, lost tensor-core path,
     occupancy cliffs, shared memory over the limit, builds that stopped compiling,
@@ -138,11 +146,17 @@ def build_diff(
     before = _build_rev(request, ref, base, "base")
     after = _build_rev(request, ref, head, "head", fatal_code=1)
     findings = diff_builds(before.records, after.records, thresholds)
+    pairs = paired_builds(before.records, after.records) if metrics else []
     if json_lines:
         for finding in findings:
             sys.stdout.write(json.dumps(finding.to_json(), sort_keys=True) + "\n")
+        for old, new in pairs:
+            pair = {"kind": "build_pair", "before": old.to_json(), "after": new.to_json()}
+            sys.stdout.write(json.dumps(pair, sort_keys=True) + "\n")
     else:
         _print_findings(findings)
+        if pairs:
+            _print_pairs(pairs)
     stderr.print(
         f"build-diff: {len(findings)} static regression(s) in {len(after.records)} builds "
         f"({base} -> {head})"
@@ -215,7 +229,22 @@ def _suite_at(suite: SuiteRef, rev: str | None) -> Iterator[SuiteRef]:
     root = Path(suite.root) if suite.root else _kernelwatch_repo()
     repository = top(root)
     with checkout(repository, rev) as tree:
-        yield at_revision(dataclasses.replace(suite, root=str(root)), repository, tree.path)
+        ref = at_revision(dataclasses.replace(suite, root=str(root)), repository, tree.path)
+        yield _uncommitted(ref, repository, tree.path, rev)
+
+
+def _uncommitted(ref: SuiteRef, repository: Path, tree: Path, rev: str) -> SuiteRef:
+    """``ref``, or the working tree's copy of its suite file when ``rev`` lacks the file and
+    the working tree has it (the suite ``init`` just wrote, not committed yet): the same file
+    then serves every revision, said in one line."""
+    target = Path(ref.target)
+    if not is_file_target(ref.target) or target.is_absolute() or (tree / target).is_file():
+        return ref
+    working = repository / target
+    if not working.is_file():
+        return ref
+    stderr.print(f"{target} is not committed at {rev}: using the working tree's copy")
+    return dataclasses.replace(ref, target=str(working.resolve()))
 
 
 def _kernelwatch_repo() -> Path:
@@ -276,6 +305,31 @@ def _print_findings(findings: list[Finding]) -> None:
             Text(str(f.after), style="bold red"),
             f.message,
         )
+    _console().print(table)
+
+
+#: What ``build-diff --metrics`` shows of each build, by column.
+_COMPARED: tuple[tuple[str, Callable[[BuildMetrics], object]], ...] = (
+    ("config", lambda r: r.config.label() if r.config else "-"),
+    ("regs", lambda r: _n(r.registers)),
+    ("spill st/ld B", lambda r: f"{_n(r.spill_store_bytes)}/{_n(r.spill_load_bytes)}"),
+    ("smem st+dyn B", lambda r: f"{_n(r.shared_static_bytes)}+{_n(r.shared_dynamic_bytes)}"),
+    ("tensor core", lambda r: r.tensor_core or "-"),
+    ("ld bits", lambda r: _n(r.global_load_bits)),
+    ("instr", lambda r: _n(r.instructions)),
+)
+
+
+def _print_pairs(pairs: list[tuple[BuildMetrics, BuildMetrics]]) -> None:
+    table = TextTable(title="builds compared (before -> after)")
+    for column in ("kernel", "function", "dtype", "arch", "case", *(c for c, _ in _COMPARED)):
+        table.add_column(column, overflow="fold")
+    for old, new in pairs:
+        cells = []
+        for _, metric in _COMPARED:
+            was, now = str(metric(old)), str(metric(new))
+            cells.append(was if was == now else f"{was} -> {now}")
+        table.add_row(new.kernel, new.function, new.dtype, new.arch, new.case, *cells)
     _console().print(table)
 
 

@@ -32,7 +32,6 @@ from kernelwatch.cli.console import (
     stream_records,
 )
 from kernelwatch.harness.records import CorrectnessResult
-from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import (
     CheckRequest,
     SelectionUnavailable,
@@ -48,7 +47,7 @@ def check(
     kernel: KernelOption = None,
     workload: WorkloadOption = "smoke",
     dtype: DtypesOption = None,
-    suite: SuiteOption = BUILTIN_SUITE,
+    suite: SuiteOption = None,
     repo: RepoOption = None,
     src: SrcOption = None,
     seed: SeedOption = 0,

@@ -182,6 +182,17 @@ class Config:
     confirm: ConfirmBudget = field(default_factory=ConfirmBudget)
     notifications: Notifications = field(default_factory=Notifications)
 
+    def repository_at(self, path: Path) -> RepositoryConfig | None:
+        """The repository whose local checkout (``source``) holds ``path``, the innermost
+        when checkouts nest; None when ``path`` is in none (git URLs are no checkout)."""
+        inside = [
+            (len(Path(r.source).expanduser().resolve().parts), r)
+            for r in self.repositories.values()
+            if "://" not in r.source
+            and path.resolve().is_relative_to(Path(r.source).expanduser().resolve())
+        ]
+        return max(inside, key=lambda found: found[0])[1] if inside else None
+
     def repository(self, name: str | None) -> RepositoryConfig:
         """The repository ``name``, or the only one when ``name`` is None."""
         if name is None and len(self.repositories) == 1:

@@ -17,7 +17,7 @@ import traceback
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -155,7 +155,7 @@ def _same(values: torch.Tensor, poison: torch.Tensor) -> torch.Tensor:
 
 def _bitwise_differences(a: torch.Tensor, b: torch.Tensor) -> int:
     if a.dtype.is_floating_point:
-        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
         a, b = a.contiguous().view(bits), b.contiguous().view(bits)
     return int((a != b).sum())
 
@@ -192,14 +192,19 @@ def check_case(
         generator.manual_seed(case_seed(seed, case))
         torch_dtype = DTYPES[dtype]
         inputs = spec.make_inputs(params, torch_dtype, torch.device(device.torch_device), generator)
-        _require_random(inputs)
+        _require_random(inputs, spec.constant_inputs)
         reference = spec.reference(_to_float64(inputs), params)
         pinned = pin if pin is not None or device.can_autotune else spec.pinned_config
+        before = _snapshot(inputs)
         first, config = _launch(spec, inputs, params, pinned, 0, device)
+        written = _written_in_place(inputs, before)
         # The second launch reuses the first one's config so that autotuning cannot pass for
-        # nondeterminism.
+        # nondeterminism, and the inputs as they were made: a launch that wrote them is told
+        # apart from a nondeterministic one.
+        _restore(inputs, before)
         second, _ = _launch(spec, inputs, params, config, 1, device)
         result = compare(first, second, reference, spec.tolerance[dtype], spec.deterministic)
+        result = replace(result, failures=(*written, *result.failures))
     except KernelUnsupported as exc:
         return CorrectnessResult(verdict="unsupported", reason=str(exc), **base)
     except Exception as exc:  # a kernel's failure is a verdict, not a crash of the harness
@@ -273,13 +278,46 @@ def _to_float64(inputs: Mapping[str, object]) -> dict[str, object]:
     }
 
 
-def _require_random(inputs: Mapping[str, object]) -> None:
+def _require_random(inputs: Mapping[str, object], exempt: frozenset[str]) -> None:
     """Constant inputs hide whole classes of bugs (a missing stride, a swapped operand)."""
     for name, value in inputs.items():
+        if name in exempt:
+            continue
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() > 1:
             flat = value.reshape(-1)
             if bool((flat == flat[0]).all()):
                 raise ValueError(
                     f"the spec's make_inputs returned a constant tensor {name!r}; "
-                    "draw inputs from the generator it is given"
+                    "draw inputs from the generator it is given, or name it in the spec's "
+                    "constant_inputs when it is constant by design"
                 )
+
+
+def _snapshot(inputs: Mapping[str, object]) -> dict[str, torch.Tensor]:
+    return {n: v.clone() for n, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+
+def _written_in_place(
+    inputs: Mapping[str, object], before: Mapping[str, torch.Tensor]
+) -> tuple[str, ...]:
+    """What a launch wrote into the inputs it was given (declared in-place outputs get
+    copies, so any change is undeclared): the caller's tensors would come back changed."""
+    written = []
+    for name, was in before.items():
+        now = inputs[name]
+        assert isinstance(now, torch.Tensor)
+        n = _bitwise_differences(now, was)
+        if n:
+            written.append(
+                f"the launch wrote input {name!r} in place ({n} of {was.numel()} elements "
+                "changed): declare it in the spec's inplace, or have the entry point work on "
+                "a copy"
+            )
+    return tuple(written)
+
+
+def _restore(inputs: Mapping[str, object], before: Mapping[str, torch.Tensor]) -> None:
+    for name, was in before.items():
+        now = inputs[name]
+        assert isinstance(now, torch.Tensor)
+        now.copy_(was)

@@ -1,12 +1,14 @@
 """A starting suite for a repository's Triton kernels: what ``kernelwatch init`` writes.
 
 The repository's code is never imported here: its files are parsed (``ast``), and each
-``@triton.jit`` function becomes one spec whose parts only the kernel's authors know (inputs,
-reference, baseline, shapes) are ``todo(...)`` calls. ``todo`` raises ``KernelUnsupported``,
+jitted function (``@triton.jit``, or bound as ``f = triton.jit(f)``) becomes one spec
+whose parts only the kernel's authors know (inputs, reference, baseline, shapes, work) are
+``todo(...)`` calls. ``todo`` raises ``KernelUnsupported``,
 so a case whose spec still has one is reported ``unsupported``, never ``pass``, and is not
 built. A module-level function of the same file that launches the kernel
 (``kernel[grid](...)``) is taken as its entry point: the spec calls it (``KernelSpec.call``)
-rather than restating its launch logic.
+rather than restating its launch logic; so is a ``torch.autograd.Function`` whose
+``forward`` launches it (the spec calls its ``apply``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import ast
 import keyword
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 #: The suite file ``kernelwatch init`` writes, relative to the repository.
@@ -37,6 +39,14 @@ class FoundKernel:
     wrapper: str | None = None
     wrapper_params: tuple[str, ...] = ()
     autotuned: bool = False
+    reads: tuple[str, ...] = ()
+    """The parameters the kernel loads from (``tl.load``, block pointers), in order."""
+    writes: tuple[str, ...] = ()
+    """The parameters it stores to: outputs, or in place when it also reads them."""
+    alone: str | None = None
+    """The module's file relative to the source root when a package above it has an
+    ``__init__.py``: the suite imports it alone (``kernel_imports.kernel_module``), never
+    running that ``__init__`` (which in a bigger package imports the rest of it)."""
 
 
 @dataclass(frozen=True)
@@ -61,23 +71,38 @@ def scan(repo: Path, files: Iterable[str]) -> Scan:
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as exc:
             skipped.append(f"{path}: cannot parse it ({type(exc).__name__})")
             continue
-        jitted = [f for f in tree.body if isinstance(f, ast.FunctionDef) and _is_jit(f)]
+        jitted = _jitted(tree)
         if not jitted:
             continue
         module = _module(path, src)
         if module is None:
             skipped.append(f"{path}: not importable as a module (a folder name is no identifier)")
             continue
-        kernels += [_found(f, str(path), module, tree) for f in jitted]
+        alone = _alone(path, src, set(paths))
+        kernels += [replace(_found(j, str(path), module, tree), alone=alone) for j in jitted]
     return Scan(tuple(kernels), src, tuple(skipped))
 
 
+def _alone(path: PurePosixPath, src: str | None, paths: set[PurePosixPath]) -> str | None:
+    inside = path.relative_to(src) if src is not None and path.parts[0] == src else path
+    packages = [inside.parents[i] for i in range(len(inside.parents) - 1)]
+    root = PurePosixPath(src) if src is not None and path.parts[0] == src else PurePosixPath()
+    if any(root / package / "__init__.py" in paths for package in packages):
+        return str(inside)
+    return None
+
+
 def spec_names(kernels: Iterable[FoundKernel]) -> list[str]:
-    """A unique spec name per kernel: ``_scale_kernel`` -> ``scale``."""
+    """A unique spec name per kernel: ``_scale_kernel`` in ``ops/scale.py`` -> ``scale``; a
+    name that does not say its module carries it (``_exact_forward_kernel`` in ``geglu.py``
+    -> ``geglu_exact_forward``), so short names (``fg``) still tell where they are from."""
     names: list[str] = []
     for kernel in kernels:
         base = kernel.function.lower().strip("_")
         base = re.sub(r"(^kernel_|_kernel$)", "", base) or base
+        module = kernel.module.rsplit(".", 1)[-1].lower().strip("_")
+        if module and module not in base and module != "__init__":
+            base = f"{module}_{base}"
         base = re.sub(r"[^a-z0-9_]", "_", base)
         base = base if re.match(r"[a-z]", base) else f"k_{base}"
         name, n = base, 2
@@ -97,9 +122,14 @@ def render_suite(found: Scan, name: str) -> str:
     """The text of the starting suite file."""
     names = spec_names(found.kernels)
     imports: dict[str, list[str]] = {}
+    alone: dict[str, str] = {}
     for kernel in found.kernels:
         wanted = imports.setdefault(kernel.module, [])
-        wanted += [n for n in (kernel.function, kernel.wrapper) if n and n not in wanted]
+        # A wrapper may be ``Class.apply``: the class is what is imported.
+        imported = (kernel.function, kernel.wrapper.split(".")[0] if kernel.wrapper else None)
+        wanted += [n for n in imported if n and n not in wanted]
+        if kernel.alone is not None:
+            alone[kernel.module] = kernel.alone
     lines = [
         '"""The kernelwatch suite of this repository, written by `kernelwatch init`.',
         "",
@@ -113,11 +143,12 @@ def render_suite(found: Scan, name: str) -> str:
         "import torch",
         "import triton",
         "",
+        *(["from kernelwatch.harness.kernel_imports import kernel_module"] if alone else []),
         "from kernelwatch.harness.spec import (",
         *(f"    {n}," for n in _SPEC_NAMES),
         ")",
         "",
-        *(f"from {module} import {', '.join(sorted(n))}" for module, n in sorted(imports.items())),
+        *_imports(imports, alone),
         "",
         "",
         "def todo(kernel, what):",
@@ -129,6 +160,36 @@ def render_suite(found: Scan, name: str) -> str:
     specs = ", ".join(n.upper() for n in names)
     lines += ["", "", f'SUITE = Suite(name="{name}", kernels=({specs},))', ""]
     return "\n".join(lines)
+
+
+def _imports(imports: dict[str, list[str]], alone: dict[str, str]) -> list[str]:
+    lines = [
+        f"from {module} import {', '.join(sorted(n))}"
+        for module, n in sorted(imports.items())
+        if module not in alone
+    ]
+    if alone:
+        lines += [
+            "",
+            "# Imported alone: the package's __init__.py (the rest of the library) never runs.",
+            "# A dependency only the kernels need and this machine lacks: stub_modules(...),",
+            "# from the same module as kernel_module, before these lines (docs/SUITES.md).",
+        ]
+    taken: set[str] = set()
+    for module, path in sorted(alone.items()):
+        variable = _unique(f"{module.rsplit('.', 1)[-1]}_module", taken)
+        names = sorted(imports[module])
+        lines.append(f'{variable} = kernel_module("{path}")')
+        lines.append(f"{', '.join(names)} = {', '.join(f'{variable}.{n}' for n in names)}")
+    return lines
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    unique, n = name, 2
+    while unique in taken:
+        unique, n = f"{name}_{n}", n + 1
+    taken.add(unique)
+    return unique
 
 
 def render_config(repo: Path, name: str, suite: str, src: str | None, branch: str) -> str:
@@ -166,10 +227,16 @@ def _spec_block(kernel: FoundKernel, spec: str) -> list[str]:
     ]
     if kernel.autotuned:
         lines.append("# autotuned: on the CPU a spec needs configs= and pinned_config=")
-    tensors = [p for p in kernel.params if p not in kernel.constexprs and _is_pointer(p)]
+    touched = set(kernel.reads) | set(kernel.writes)
+    tensors = [p for p in kernel.params if p in touched] or [
+        p for p in kernel.params if p not in kernel.constexprs and _is_pointer(p)
+    ]
+    # Without a store seen, the last pointer is the likeliest output.
+    outputs = [p for p in tensors if p in kernel.writes] or tensors[-1:]
     example_inputs = ", ".join(
         f'"{_tensor(p)}": torch.randn(p["n"], generator=gen, device=device).to(dtype)'
-        for p in tensors[:1]
+        for p in tensors
+        if p not in outputs or p in _in_place(kernel)
     )
     lines += _function(
         f"{spec}_inputs(p, dtype, device, gen)",
@@ -191,20 +258,31 @@ def _spec_block(kernel: FoundKernel, spec: str) -> list[str]:
         )
         fields.append(f"    call={spec}_call,")
     else:
-        output = _tensor(tensors[-1]) if tensors else "out"
+        made = [_tensor(p) for p in outputs if p not in _in_place(kernel)]
+        made = made or ([] if _in_place(kernel) else ["out"])
+        made_text = ", ".join(
+            f'"{name}": torch.empty(p["n"], dtype=..., device=...)' for name in made
+        )
         lines += _function(
             f"{spec}_outputs(inputs, p)",
             "The tensors the kernel writes, by name (poisoned before every launch).",
             spec,
             "make_outputs",
-            f'return {{"{output}": torch.empty(p["n"], dtype=..., device=...)}}',
+            f"return {{{made_text}}}",
         )
+        if _in_place(kernel):
+            written = ", ".join(
+                f'"{_tensor(p)}": InPlace("{_tensor(p)}")' for p in _in_place(kernel)
+            )
+            lines.append(
+                f"# reads and writes {', '.join(_in_place(kernel))}: inplace={{{written}}}"
+            )
         lines += _function(
             f"{spec}_launch(inputs, outputs, p, config)",
             "Launch the kernel once; return the config it used.",
             spec,
             "launch",
-            _launch_example(kernel, tensors),
+            _launch_example(kernel, tensors, outputs),
         )
         fields += [f"    make_outputs={spec}_outputs,", f"    launch={spec}_launch,"]
     lines += _function(
@@ -221,8 +299,10 @@ def _spec_block(kernel: FoundKernel, spec: str) -> list[str]:
         f'    baseline=Baseline("todo", lambda inputs, p: todo("{spec}", "baseline")),',
         "    # TODO: the params your functions read; smoke runs in the CPU interpreter in seconds",
         '    workloads={"smoke": ({"n": 1}, {"n": 1000})},',
-        "    flops=lambda p: 0,  # TODO: the FLOPs of one launch",
-        "    min_bytes=lambda p, elem: 0,  # TODO: the fewest bytes one launch moves",
+        "    # The FLOPs of one launch and the fewest bytes it moves (elem: bytes an element):",
+        "    # the roofline's inputs. A todo here makes bench and pr-check skip the case.",
+        f'    flops=lambda p: todo("{spec}", "flops"),',
+        f'    min_bytes=lambda p, elem: todo("{spec}", "min_bytes"),',
     ]
     return [*lines, "", "", f"{spec.upper()} = KernelSpec(", *fields, ")"]
 
@@ -238,53 +318,198 @@ def _function(signature: str, doc: str, spec: str, what: str, example: str) -> l
     ]
 
 
-def _launch_example(kernel: FoundKernel, tensors: list[str]) -> str:
+def _in_place(kernel: FoundKernel) -> list[str]:
+    return [p for p in kernel.writes if p in kernel.reads]
+
+
+def _launch_example(kernel: FoundKernel, tensors: list[str], outputs: list[str]) -> str:
     meta = [p for p in kernel.constexprs if p in kernel.params]
+    blocks = [m for m in meta if "block" in m.lower()]
     arguments = []
     for p in kernel.params:
         if p in meta:
             continue
-        # The last pointer is the likeliest output.
-        where = "outputs" if tensors and p == tensors[-1] else "inputs"
-        arguments.append(f'{where}["{_tensor(p)}"]' if p in tensors else f'p["{p}"]')
+        if p in tensors:
+            where = "outputs" if p in outputs and p not in _in_place(kernel) else "inputs"
+            arguments.append(f'{where}["{_tensor(p)}"]')
+        else:
+            arguments.append(_scalar(p, tensors, outputs, _in_place(kernel)))
     arguments += [f"{m}={m}" for m in meta]
-    block = meta[0] if meta else "BLOCK"
-    config = ", ".join(f'"{m}": {m}' for m in meta)
+    grid = f'triton.cdiv(p["n"], {blocks[0]})' if blocks else 'p["n"]'
+    # Block sizes are what a config tunes; flags and epsilons are not.
+    config = ", ".join(f'"{m}": {m}' for m in blocks or meta)
     return "\n".join(
         [
-            *(f"{m} = 1024" for m in meta),
-            f'{kernel.function}[(triton.cdiv(p["n"], {block}),)]({", ".join(arguments)})',
+            *(
+                f"{m} = 1024" if m in blocks else f"{m} = ...  # a compile-time constant"
+                for m in meta
+            ),
+            f"{kernel.function}[({grid},)]({', '.join(arguments)})",
             f"return LaunchConfig({{{config}}}, num_warps=4, num_stages=3)",
         ]
     )
 
 
-def _found(f: ast.FunctionDef, path: str, module: str, tree: ast.Module) -> FoundKernel:
+def _scalar(param: str, tensors: list[str], outputs: list[str], in_place: list[str]) -> str:
+    """A scalar argument's example: a tensor's stride for a stride (``stride_xm``,
+    ``X_row_stride``), the case's parameter otherwise."""
+    lower = param.lower()
+    if "stride" in lower:
+        for tensor in tensors:
+            name = _tensor(tensor).lower()
+            if lower.startswith((f"{name}_", f"stride_{name}")):
+                where = "outputs" if tensor in outputs and tensor not in in_place else "inputs"
+                return f'{where}["{_tensor(tensor)}"].stride(0)'
+    return f'p["{param}"]'
+
+
+@dataclass(frozen=True)
+class _Jitted:
+    """A module-level name bound to a jitted function: the name a launch subscripts, the
+    ``def`` its parameters come from, where it is bound, whether autotuning wraps it."""
+
+    name: str
+    definition: ast.FunctionDef
+    line: int
+    autotuned: bool
+
+
+def _jitted(tree: ast.Module) -> list[_Jitted]:
+    """The module's kernels, decorated (``@triton.jit``, under ``autotune``/``heuristics``,
+    with arguments or without) or bound by a call (``f = triton.jit(f)``,
+    ``k = triton.autotune(...)(triton.jit(_k))``)."""
+    defs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    found = [
+        _Jitted(f.name, f, f.lineno, any(_is_autotune(d) for d in f.decorator_list))
+        for f in defs.values()
+        if _is_jit(f)
+    ]
+    for node in tree.body:
+        if not (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            continue
+        calls = [c for c in ast.walk(node.value) if isinstance(c, ast.Call)]
+        jitted = next(
+            (
+                defs[c.args[0].id]
+                for c in calls
+                if _is_jit_call(c) and c.args and isinstance(c.args[0], ast.Name)
+                if c.args[0].id in defs
+            ),
+            None,
+        )
+        if jitted is not None:
+            autotuned = any(_is_autotune(c) for c in calls)
+            found.append(_Jitted(node.targets[0].id, jitted, node.lineno, autotuned))
+    return sorted(found, key=lambda j: j.line)
+
+
+def _found(kernel: _Jitted, path: str, module: str, tree: ast.Module) -> FoundKernel:
+    f = kernel.definition
     params = tuple(a.arg for a in f.args.args)
     constexprs = tuple(a.arg for a in f.args.args if _is_constexpr(a.annotation))
-    wrapper = next(
-        (
-            g
-            for g in tree.body
-            if isinstance(g, ast.FunctionDef) and not _is_jit(g) and _launches(g, f.name)
-        ),
-        None,
-    )
+    wrapper = _wrapper(tree, kernel.name)
+    reads, writes = _memory(f, params)
     return FoundKernel(
-        function=f.name,
+        function=kernel.name,
         path=path,
-        line=f.lineno,
+        line=kernel.line,
         module=module,
         params=params,
         constexprs=constexprs,
-        wrapper=wrapper.name if wrapper else None,
-        wrapper_params=tuple(a.arg for a in wrapper.args.args) if wrapper else (),
-        autotuned=any(_dotted(d).endswith("autotune") for d in f.decorator_list),
+        wrapper=wrapper[0] if wrapper else None,
+        wrapper_params=wrapper[1] if wrapper else (),
+        autotuned=kernel.autotuned,
+        reads=reads,
+        writes=writes,
     )
 
 
+#: ``tl`` calls that read or write memory through their first argument (``pointer=``), those
+#: of them that write, and those that pass a pointer on (``base=`` or first argument).
+_MEMORY_OPS = frozenset({"load", "store"}) | {
+    f"atomic_{op}" for op in ("add", "max", "min", "and", "or", "xor", "xchg", "cas")
+}
+_WRITES = _MEMORY_OPS - {"load"}
+_PASS_ON = frozenset({"make_block_ptr", "make_tensor_descriptor", "advance", "multiple_of"})
+
+
+def _memory(f: ast.FunctionDef, params: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Which parameters ``f`` reads through ``tl.load`` and writes through ``tl.store`` (and
+    atomics, block pointers): the kernel's tensors, whatever they are called (``Y``,
+    ``logits``). Pointer arithmetic is followed through local names (``x_ptrs = x_ptr +
+    offs``, ``X += row * stride``) along its additive terms only, so the strides and sizes an
+    offset is made of are not taken for tensors."""
+    origin: dict[str, set[str]] = {p: {p} for p in params}
+
+    def pointed(node: ast.expr | None) -> set[str]:
+        if isinstance(node, ast.Name):
+            return set(origin.get(node.id, ()))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return pointed(node.left) | pointed(node.right)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
+            return pointed(node.left)
+        if isinstance(node, ast.Subscript):
+            return pointed(node.value)
+        if isinstance(node, ast.IfExp):
+            return pointed(node.body) | pointed(node.orelse)
+        if isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] in _PASS_ON:
+            return pointed(_first(node, "base"))
+        return set()
+
+    assignments = [n for n in ast.walk(f) if isinstance(n, ast.Assign | ast.AugAssign)]
+    for _ in range(2):  # a second pass for names used before the statement that binds them
+        for node in assignments:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in (t for t in targets if isinstance(t, ast.Name)):
+                origin.setdefault(target.id, set()).update(pointed(node.value))
+    read: set[str] = set()
+    written: set[str] = set()
+    for call in (n for n in ast.walk(f) if isinstance(n, ast.Call)):
+        op = _dotted(call.func).split(".")[-1]
+        if op in _MEMORY_OPS:
+            (written if op in _WRITES else read).update(pointed(_first(call, "pointer")))
+    return tuple(p for p in params if p in read), tuple(p for p in params if p in written)
+
+
+def _first(call: ast.Call, keyword: str) -> ast.expr | None:
+    if call.args:
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg == keyword), None)
+
+
+def _wrapper(tree: ast.Module, kernel: str) -> tuple[str, tuple[str, ...]] | None:
+    """What a spec calls to launch ``kernel``, and its parameters: a module-level function
+    that launches it, else the ``apply`` of an ``autograd.Function`` whose ``forward`` does
+    (less ``ctx``)."""
+    for g in tree.body:
+        if isinstance(g, ast.FunctionDef) and not _is_jit(g) and _launches(g, kernel):
+            return g.name, tuple(a.arg for a in g.args.args)
+    for c in tree.body:
+        if not (
+            isinstance(c, ast.ClassDef)
+            and any(_dotted(b).split(".")[-1] == "Function" for b in c.bases)
+        ):
+            continue
+        for g in c.body:
+            if isinstance(g, ast.FunctionDef) and g.name == "forward" and _launches(g, kernel):
+                return f"{c.name}.apply", tuple(a.arg for a in g.args.args[1:])
+    return None
+
+
 def _is_jit(f: ast.FunctionDef) -> bool:
-    return any(_dotted(d).split(".")[-1] == "jit" for d in f.decorator_list)
+    return any(_is_jit_call(d) for d in f.decorator_list)
+
+
+def _is_jit_call(node: ast.expr) -> bool:
+    return _dotted(node).split(".")[-1] == "jit"
+
+
+def _is_autotune(node: ast.expr) -> bool:
+    return _dotted(node).split(".")[-1] == "autotune"
 
 
 def _dotted(node: ast.expr) -> str:

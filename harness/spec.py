@@ -122,6 +122,9 @@ class KernelSpec:
       config); returns the outputs it allocated by name. The Triton launches it makes are
       observed for the record's config and recorded for the build stage.
     - ``inplace``: outputs the kernel writes into its inputs, by output name (:class:`InPlace`).
+      An input a launch writes without being declared here fails the check, saying so.
+    - ``constant_inputs``: the inputs constant by design at some shapes (a RoPE table at
+      head_dim 2 is ``[cos t, cos t]``), exempt from the refusal of constant tensors.
     - ``reference(inputs, params)``: the expected outputs; called with every floating-point
       input converted to float64.
     - ``family``: the family the dashboards' kernel pickers list the kernel in
@@ -151,6 +154,7 @@ class KernelSpec:
     call: Callable[[Tensors, Params], Mapping[str, torch.Tensor]] | None = None
     inplace: Mapping[str, InPlace] = field(default_factory=dict)
     family: str | None = None
+    constant_inputs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         _default_family(self)

@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,12 +225,18 @@ def import_suite(ref: SuiteRef) -> Loaded:
 def load_suite_isolated(ref: SuiteRef) -> Loaded:
     """Import the suite ``ref`` points at, then forget its checkout: take the directories
     the import put on ``sys.path`` off again, and drop from ``sys.modules`` every module it
-    brought in from them. Another checkout whose code uses the same package names (the same
+    brought in from them, every stand-in it made for a missing dependency (a module object
+    with no import spec, or ``kernel_imports.stub_modules``'), and the import hooks it added.
+    Another checkout whose code uses the same package names (the same
     repository at another commit) can then be loaded beside it in this process; the first
     suite's functions keep their own module globals. Code that imports lazily, at launch
     time, from the forgotten checkout fails there, as that case's error.
     """
-    modules_before, path_before = set(sys.modules), list(sys.path)
+    modules_before, path_before, finders_before = (
+        set(sys.modules),
+        list(sys.path),
+        list(sys.meta_path),
+    )
     loaded = import_suite(ref)
     added = {Path(p).resolve() for p in set(sys.path) - set(path_before)}
     # Decide every module before dropping any: a namespace package's __path__ is recomputed
@@ -237,13 +244,32 @@ def load_suite_isolated(ref: SuiteRef) -> Loaded:
     forgotten = [
         name
         for name in set(sys.modules) - modules_before
-        if any(_lives_under(sys.modules[name], directory) for directory in added)
+        if _stand_in(name) or any(_lives_under(sys.modules[name], directory) for directory in added)
     ]
     sys.path[:] = path_before
+    sys.meta_path[:] = finders_before
     for name in forgotten:
         del sys.modules[name]
     importlib.invalidate_caches()
     return loaded
+
+
+def _stand_in(name: str) -> bool:
+    """Whether ``sys.modules[name]`` is one the suite made rather than imported, for a
+    missing dependency (``types.ModuleType(...)`` or any object): it and its top-level
+    package have no import spec saying where they came from. An extension's submodules
+    (``triton._C.libtriton.ir``) have none either, but their package does, and stay."""
+    top = sys.modules.get(name.partition(".")[0])
+    return _made(sys.modules[name]) and (top is None or _made(top))
+
+
+def _made(module: Any) -> bool:
+    # A stand-in has no spec, or one with no origin and no folder (kernel_imports' stubs);
+    # a namespace package has no origin either, but has its folders.
+    spec = getattr(module, "__spec__", None)
+    if not isinstance(module, types.ModuleType) or spec is None:
+        return True
+    return spec.origin is None and not list(spec.submodule_search_locations or ())
 
 
 def _lives_under(module: Any, directory: Path) -> bool:

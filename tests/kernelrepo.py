@@ -124,6 +124,12 @@ FIELDS = {
         '{"out": torch.nn.functional.gelu(inputs["x"], approximate="tanh")}),'
     ),
 }
+#: Each spec's work of one launch, as docs/SUITES.md says to write it: FLOPs, fewest bytes.
+WORK = {
+    "scale": ('lambda p: 2 * p["n"]', 'lambda p, elem: 2 * p["n"] * elem'),
+    "add": ('lambda p: p["n"]', 'lambda p, elem: 3 * p["n"] * elem'),
+    "gelu_tanh": ('lambda p: 8 * p["n"]', 'lambda p, elem: 2 * p["n"] * elem'),
+}
 #: The suite's import of the gelu module, once its launch reads the module's block size.
 GELU_IMPORT = ("import _gelu_tanh_kernel", "import BLOCK_SIZE, _gelu_tanh_kernel")
 
@@ -142,6 +148,14 @@ def fill(suite: str) -> str:
         count = suite.count(todo)
         suite = suite.replace(todo, "    " + fields)
         assert count == 1, f"no baseline todo in {spec}"
+    for spec, (flops, moved) in WORK.items():
+        for field, todo, formula in (
+            ("flops", f'lambda p: todo("{spec}", "flops")', flops),
+            ("min_bytes", f'lambda p, elem: todo("{spec}", "min_bytes")', moved),
+        ):
+            line = f"    {field}={todo},"
+            assert suite.count(line) == 1, f"no {field} todo in {spec}"
+            suite = suite.replace(line, f"    {field}={formula},")
     suite = suite.replace(*GELU_IMPORT)
     suite = suite.replace(
         '    workloads={"smoke": ({"n": 1}, {"n": 1000})},',

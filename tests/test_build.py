@@ -210,12 +210,22 @@ def test_cli_build_diff_exit_codes(kernelwatch_cli, history, cache, builds, monk
     config = tmp_path / "kernelwatch.toml"
     config.write_text("[static]\nmax_instruction_growth = 20.0\n")
     monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
-    proc = kernelwatch_cli("build-diff", revs["spills"], revs["no_tc"], *common, "--json")
+    proc = kernelwatch_cli(
+        "build-diff", revs["spills"], revs["no_tc"], *common, "--json", "--metrics"
+    )
     assert proc.returncode == 1, proc.stderr
-    rules = {json.loads(line)["rule"] for line in proc.stdout.splitlines()}
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    rules = {line["rule"] for line in lines if line["kind"] == "static_regression"}
     assert "tensor_core" in rules and "instructions" not in rules
-    same = kernelwatch_cli("build-diff", revs["base"], revs["base"], *common)
+    pairs = [(p["before"], p["after"]) for p in lines if p["kind"] == "build_pair"]
+    assert any(a["tensor_core"] != b["tensor_core"] for a, b in pairs), pairs
+    # Nothing regressed, and the metrics compared are still shown on request (issue 33).
+    same = kernelwatch_cli("build-diff", revs["base"], revs["base"], *common, "--metrics")
     assert same.returncode == 0, same.stderr
+    assert (
+        "builds compared (before -> after)" in same.stdout
+        and " -> " not in (same.stdout.split("builds compared (before -> after)")[1])
+    )
     bad = kernelwatch_cli("build-diff", "nope", revs["base"], *common)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
     assert "unknown revision 'nope'" in bad.stderr

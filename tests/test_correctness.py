@@ -409,3 +409,41 @@ def test_a_checks_duration_is_the_time_it_took(planted, device, kernel, monkeypa
     result = _check(planted, kernel, device)
     assert result.duration_s == 2.5
     assert result.seed == 0  # the run seed when none is given
+
+
+def _writes_its_input(t, o, p, cfg):
+    """An entry point that scales its input in place and returns a copy (as a RoPE wrapper
+    whose ``transpose().contiguous()`` is a no-op at one head rotates the caller's Q)."""
+    config = launch_scale(t["x"], t["x"], 2.0)
+    o["y"].copy_(t["x"])
+    return config
+
+
+def test_an_input_written_in_place_is_said_so_not_called_nondeterministic(planted, device):
+    """Issue 33: the second launch saw the inputs the first had written and read as
+    "nondeterministic: two launches on the same inputs differ in 8 elements of 'y'"."""
+    spec = dataclasses.replace(planted.kernel("good"), name="writer", launch=_writes_its_input)
+    result = check_case(spec, "planted", "smoke", {"n": 8}, "fp32", device)
+    assert result.verdict == "fail"
+    assert result.reason == (
+        "the launch wrote input 'x' in place (8 of 8 elements changed): declare it in the "
+        "spec's inplace, or have the entry point work on a copy"
+    )
+    assert result.deterministic is True and result.rel_error == 0.0
+
+
+def test_an_input_constant_by_design_is_declared_and_checked(planted, device):
+    """Issue 33: a RoPE table at head_dim 2 is ``[cos t, cos t]``, constant and valid."""
+    good = planted.kernel("good")
+
+    def inputs(p, dtype, dev, gen):
+        made = good.make_inputs(p, dtype, dev, gen)
+        return {**made, "table": torch.full((2,), 0.7651, dtype=dtype)}
+
+    declared = dataclasses.replace(
+        good, name="table", make_inputs=inputs, constant_inputs=frozenset({"table"})
+    )
+    assert check_case(declared, "planted", "smoke", {"n": 8}, "fp32", device).verdict == "pass"
+    undeclared = dataclasses.replace(declared, constant_inputs=frozenset())
+    refused = check_case(undeclared, "planted", "smoke", {"n": 8}, "fp32", device)
+    assert refused.verdict == "error" and "constant_inputs" in refused.reason

@@ -30,6 +30,14 @@ TINY_SPEC = (
 )
 
 
+def _folder(root: Path, helper: str, suite: str) -> Path:
+    """A folder holding ``suite.py`` (``suite``) and a module ``helper`` defining ``SPEC``."""
+    root.mkdir()
+    (root / f"{helper}.py").write_text(TINY_SPEC)
+    (root / "suite.py").write_text(suite)
+    return root
+
+
 def test_a_suite_inside_the_repository_is_read_from_the_checkout(tmp_path):
     repo, tree = tmp_path / "repo", tmp_path / "worktree"
     inside = str(repo / "suites" / "team.py")
@@ -113,15 +121,45 @@ def test_forgetting_a_checkout_of_nested_namespace_packages(tmp_path):
 def test_a_suite_outside_the_repository_imports_the_modules_beside_it(tmp_path):
     """A suite file kept outside the repository (``--suite ~/kw/suite.py --repo .``) with a
     helper module beside it: its own folder is on ``sys.path`` too, after the repository."""
-    repo, outside = tmp_path / "repo", tmp_path / "kw"
+    repo = tmp_path / "repo"
     repo.mkdir()
-    outside.mkdir()
-    (outside / "kw_helper_beside.py").write_text(TINY_SPEC)
-    (outside / "suite.py").write_text(
+    outside = _folder(
+        tmp_path / "kw",
+        "kw_helper_beside",
         "from kernelwatch.harness.spec import Suite\n"
         "from kw_helper_beside import SPEC\n"
-        "SUITE = Suite(name='outside', kernels=(SPEC,))\n"
+        "SUITE = Suite(name='outside', kernels=(SPEC,))\n",
     )
     loaded = load_suite_isolated(SuiteRef(str(outside / "suite.py"), str(repo)))
     assert loaded.suite.names == ["k"]
     assert "kw_helper_beside" not in sys.modules
+
+
+def test_side_b_never_sees_the_stand_ins_side_a_installed(tmp_path):
+    """Issue 33: a suite that stubs a missing optional dependency the way libraries do
+    (``find_spec`` first, then a module object in ``sys.modules``). Side A's stub outlived its
+    checkout, and B's ``find_spec`` raised "ValueError: kw_heavy_dep.__spec__ is None"."""
+    from kernelwatch.harness.runner import load_suites
+
+    refs = {}
+    for side in ("a", "b"):
+        root = _folder(
+            tmp_path / f"commit-{side}",
+            "spec_module",
+            "import importlib.util, sys, types\n"
+            "if importlib.util.find_spec('kw_heavy_dep') is None:\n"
+            "    stub = types.ModuleType('kw_heavy_dep')\n"
+            f"    stub.SIDE = {side!r}\n"
+            "    sys.modules['kw_heavy_dep'] = stub\n"
+            "import kw_heavy_dep\n"
+            "from kernelwatch.harness.spec import Suite\n"
+            "from spec_module import SPEC\n"
+            "SUITE = Suite(name=kw_heavy_dep.SIDE, kernels=(SPEC,))\n",
+        )
+        refs[side] = SuiteRef("suite.py", str(root)).to_json()
+    try:
+        sides = load_suites({"mode": "ab", "suite": refs["a"], "suite_b": refs["b"]})
+        assert [loaded.suite.name for loaded in sides] == ["a", "b"]
+    finally:
+        for name in ("kw_heavy_dep", "spec_module"):
+            sys.modules.pop(name, None)

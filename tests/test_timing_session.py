@@ -115,3 +115,34 @@ def test_a_check_launches_a_pinned_config(device, pin):
     spec = doubling_spec(configs=(SMALL, BIG), autotune=lambda: SMALL)
     result = check_case(spec, "s", "smoke", {"n": 64}, "fp32", device, 0, SOFTWARE, pin)
     assert result.verdict == "pass" and result.config == pin
+
+
+def _work_todo(spec):
+    from dataclasses import replace
+
+    from kernelwatch.harness.spec import KernelUnsupported
+
+    def todo(*args):
+        raise KernelUnsupported("double: flops is a TODO in kernelwatch_suite.py")
+
+    return replace(spec, flops=todo)
+
+
+def test_a_case_whose_work_is_a_todo_is_unsupported_before_any_sample(device):
+    """``init`` writes ``flops`` and ``min_bytes`` as todos: bench and the A/B report the case
+    ``unsupported`` saying so, instead of timing it and failing on the roofline after."""
+    log: list[str] = []
+    spec = _work_todo(doubling_spec(log=log))
+    options = BenchOptions(**QUICK, cool_down_s=0.0, baseline=False)
+    session = BenchSession(device, options, SOFTWARE, CpuTimer(), NullProbe())
+    record = session.measure(spec, "s", "smoke", {"n": 64}, "fp32", 0)
+    assert (record.status, record.reason) == (
+        "unsupported",
+        "double: flops is a TODO in kernelwatch_suite.py",
+    )
+    assert len(log) <= 1  # the config-fixing launch at most, no sample
+    pair = _pair(device, doubling_spec(), spec)
+    assert (pair.status, pair.reason) == (
+        "unsupported",
+        "B: double: flops is a TODO in kernelwatch_suite.py",
+    )

@@ -31,7 +31,7 @@ from kernelwatch.harness.records import (
 )
 from kernelwatch.harness.spec import KernelSpec, KernelUnsupported
 from kernelwatch.harness.suite import Task
-from kernelwatch.harness.timing.case import BenchSession, Prepared, prepare
+from kernelwatch.harness.timing.case import BenchSession, Prepared, Work, prepare, work
 from kernelwatch.harness.timing.measurement import Run, ab_pair
 from kernelwatch.harness.timing.pinning import pinned_config
 from kernelwatch.harness.timing.sampling import Sample
@@ -68,9 +68,11 @@ class ABSession(BenchSession):
             pin = pinned_config(self.options.pins, task.kernel, task.params, task.dtype)
             source = self.options.pin_source
             first = _prepare_finite(spec_a, case, self.device, seed, pin, None, source)
+            done_a = work(spec_a, case)
             stage = "B"
             b_pin, b_source = (pin, source) if pin is not None else _shared(first, spec_b)
             second = _prepare_finite(spec_b, case, self.device, seed, b_pin, first.inputs, b_source)
+            done_b = work(spec_b, case)
             stage = "A/B timing"
             collected, states = self.time([first.kernel, second.kernel])
         except KernelUnsupported as exc:
@@ -90,16 +92,16 @@ class ABSession(BenchSession):
         run = Run(collected.stop, self.resolved.rule, states, self.probe.available)
 
         def side(
-            spec: KernelSpec, prepared: Prepared, samples: tuple[Sample, ...], sw: SoftwareInfo
+            done: Work, prepared: Prepared, samples: tuple[Sample, ...], sw: SoftwareInfo
         ) -> Measurement:
             # No stock-library arm in an A/B session.
             fields = {**common, "baseline": None, "software": sw}
             source = prepared.config_source
-            return self.record(fields, spec, case, prepared.config, source, run, samples, start)
+            return self.record(fields, done, case, prepared.config, source, run, samples, start)
 
         sw_a, sw_b = software or (self.software, self.software)
-        base = side(spec_a, first, collected.arms[0], sw_a)
-        head = side(spec_b, second, collected.arms[1], sw_b)
+        base = side(done_a, first, collected.arms[0], sw_a)
+        head = side(done_b, second, collected.arms[1], sw_b)
         return ab_pair(common, base, head, start)
 
     def unsupported(self, suite: str, task: Task, reason: str) -> ABMeasurement:

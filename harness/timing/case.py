@@ -48,6 +48,15 @@ from kernelwatch.harness.timing.sampling import Collected, Sample
 from kernelwatch.harness.timing.telemetry import Probe, State, open_probe
 from kernelwatch.harness.timing.timers import Timer, make_timer, time_arms
 
+#: One launch's FLOPs and fewest bytes moved: the roofline's inputs.
+Work = tuple[int, int]
+
+
+def work(spec: KernelSpec, case: CaseId) -> Work:
+    """The work of one launch of ``case``. Asked before any sample is taken, so a spec whose
+    ``flops`` or ``min_bytes`` is still a ``todo`` is unsupported before time is spent."""
+    return spec.flops(case.params), spec.min_bytes(case.params, ELEMENT_BYTES[case.dtype])
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -188,6 +197,7 @@ class BenchSession:
             pin = pinned_config(self.options.pins, spec.name, params, dtype)
             prepared = prepare(spec, case, self.device, seed, pin, None, self.options.pin_source)
             config = prepared.config
+            done = work(spec, case)
             launches = [prepared.kernel]
             if self.options.baseline:
                 launches.append(prepared.baseline)
@@ -209,12 +219,12 @@ class BenchSession:
         kernel = collected.arms[0]
         baseline = collected.arms[1] if len(collected.arms) > 1 else ()
         source = prepared.config_source
-        return self.record(base, spec, case, prepared.config, source, run, kernel, start, baseline)
+        return self.record(base, done, case, prepared.config, source, run, kernel, start, baseline)
 
     def record(
         self,
         common: Mapping[str, Any],
-        spec: KernelSpec,
+        done: Work,
         case: CaseId,
         config: LaunchConfig,
         config_source: str,
@@ -223,16 +233,10 @@ class BenchSession:
         start: float,
         baseline: Sequence[Sample] = (),
     ) -> Measurement:
-        """The measurement of ``spec`` on ``case`` from its samples (and the stock
-        baseline's), with its speed-of-light on this session's roofline."""
+        """The measurement of ``case`` from its samples (and the stock baseline's), with its
+        speed-of-light on this session's roofline for the ``done`` work of one launch."""
 
         def sol(median_ns: float) -> SpeedOfLight:
-            return speed_of_light(
-                spec.flops(case.params),
-                spec.min_bytes(case.params, ELEMENT_BYTES[case.dtype]),
-                median_ns,
-                case.dtype,
-                self.peaks,
-            )
+            return speed_of_light(*done, median_ns, case.dtype, self.peaks)
 
         return measurement(common, run, samples, config, config_source, start, baseline, sol=sol)
