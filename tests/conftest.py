@@ -67,6 +67,7 @@ SLOW_FIRST = (
     "test_bench_cli.py",
     "test_distributed.py",
     "test_cli_check.py",
+    "test_kernel_imports.py",
     "test_build.py",
     "test_prefect_server.py",
     "test_security_inputs.py",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 from gitrepo import git
@@ -134,21 +135,37 @@ WORK = {
 GELU_IMPORT = ("import _gelu_tanh_kernel", "import BLOCK_SIZE, _gelu_tanh_kernel")
 
 
-def fill(suite: str) -> str:
+@dataclass(frozen=True)
+class Filling:
+    """What a user writes into the suite ``init`` wrote, per docs/SUITES.md: each function's
+    body, each spec's baseline (and other fields), each spec's work, the dtypes checked and
+    any other line to change."""
+
+    bodies: dict[str, str]
+    fields: dict[str, str]
+    work: dict[str, tuple[str, str]]
+    dtypes: tuple[str, ...] = ("fp32", "fp16")
+    edits: tuple[tuple[str, str], ...] = ()
+
+
+ACME = Filling(BODIES, FIELDS, WORK, edits=(GELU_IMPORT,))
+
+
+def fill(suite: str, filling: Filling = ACME) -> str:
     """``suite`` as ``init`` wrote it, with every todo(...) replaced as docs/SUITES.md says:
-    each function's ``todo`` line by its body, each spec's baseline by a real one, and the
-    workloads cut to what the tests can afford (fp32 and fp16, two small sizes)."""
-    for name, body in BODIES.items():
+    each function's ``todo`` line by its body, each spec's baseline by a real one, its work,
+    and the workloads cut to what the tests can afford (two small sizes)."""
+    for name, body in filling.bodies.items():
         pattern = rf"(def {name}\(.*\):\n    \"\"\".*\"\"\"\n)(?:    #.*\n)*    todo\(.*\)\n"
         indented = textwrap.indent(body, "    ")
         suite, count = re.subn(pattern, lambda m, b=indented: m.group(1) + b + "\n", suite)
         assert count == 1, f"no todo(...) in {name}"
-    for spec, fields in FIELDS.items():
+    for spec, fields in filling.fields.items():
         todo = f'    baseline=Baseline("todo", lambda inputs, p: todo("{spec}", "baseline")),'
         count = suite.count(todo)
         suite = suite.replace(todo, "    " + fields)
         assert count == 1, f"no baseline todo in {spec}"
-    for spec, (flops, moved) in WORK.items():
+    for spec, (flops, moved) in filling.work.items():
         for field, todo, formula in (
             ("flops", f'lambda p: todo("{spec}", "flops")', flops),
             ("min_bytes", f'lambda p, elem: todo("{spec}", "min_bytes")', moved),
@@ -156,10 +173,11 @@ def fill(suite: str) -> str:
             line = f"    {field}={todo},"
             assert suite.count(line) == 1, f"no {field} todo in {spec}"
             suite = suite.replace(line, f"    {field}={formula},")
-    suite = suite.replace(*GELU_IMPORT)
+    for edit in filling.edits:
+        suite = suite.replace(*edit)
     suite = suite.replace(
         '    workloads={"smoke": ({"n": 1}, {"n": 1000})},',
-        '    workloads={"smoke": ({"n": 1}, {"n": 333})},\n    dtypes=("fp32", "fp16"),',
+        f'    workloads={{"smoke": ({{"n": 1}}, {{"n": 333}})}},\n    dtypes={filling.dtypes!r},',
     )
     assert "todo(" not in suite.split("def todo(", 1)[1], suite
     return suite

@@ -22,7 +22,7 @@ from kernelwatch.harness.records import (
 )
 from kernelwatch.harness.suite import Task
 from kernelwatch.harness.timing.ab import ABSession
-from kernelwatch.harness.timing.case import BenchSession
+from kernelwatch.harness.timing.case import BenchSession, work
 from kernelwatch.harness.timing.measurement import Run, ab_pair, measurement
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.sampling import (
@@ -181,7 +181,8 @@ def test_bench_records_what_the_builder_builds_from_its_samples(device, with_bas
         "method": session.method,
         "baseline": spec.baseline.name if with_baseline else None,
     }
-    built = session.record(common, spec, record.case, record.config, record.config_source, run,
+    done = work(spec, record.case)
+    built = session.record(common, done, record.case, record.config, record.config_source, run,
                            kernel, 0.0, stock if with_baseline else ())  # fmt: skip
     assert _without_duration(record) == _without_duration(built)
     assert record.summary is not None
@@ -201,6 +202,7 @@ def test_each_side_of_an_ab_pair_is_what_the_builder_builds_from_its_samples(dev
     common = {**_common(device), "method": session.method, "baseline": None}
     for side, samples in ((pair.base, a), (pair.head, b)):
         config, source = side.config, side.config_source
-        built = session.record(common, doubling_spec(), CASE, config, source, run, samples, 0.0)
+        done = work(doubling_spec(), CASE)
+        built = session.record(common, done, CASE, config, source, run, samples, 0.0)
         assert _without_duration(side) == _without_duration(built)
     assert pair.base.summary is not None and pair.base.summary.ci_high_ns == 100.0

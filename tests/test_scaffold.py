@@ -36,6 +36,11 @@ def _bwd(dy_ptr, dx_ptr, n):
 _bwd = triton.jit(do_not_specialize=["n"])(_bwd)
 
 
+@torch.library.custom_op("lib::bwd", mutates_args=("dx",))
+def bwd(dy: torch.Tensor, dx: torch.Tensor) -> None:
+    _bwd[(1,)](dy, dx, dy.numel())
+
+
 @triton.heuristics({"EVEN": lambda args: args["n"] % 2 == 0})
 @triton.jit(do_not_specialize=["n"])
 def _decorated(x_ptr, n, EVEN: tl.constexpr):
@@ -74,6 +79,8 @@ def test_kernels_bound_by_a_call_are_found_with_their_definitions_parameters(tmp
     assert found["xent"].params == ("logits_ptr", "loss_ptr", "n_cols", "BLOCK")
     assert found["xent"].constexprs == ("BLOCK",) and found["xent"].autotuned
     assert found["_bwd"].params == ("dy_ptr", "dx_ptr", "n") and not found["_bwd"].autotuned
+    # A torch.library custom op is a function that launches the kernel: its entry point.
+    assert (found["_bwd"].wrapper, found["_bwd"].wrapper_params) == ("bwd", ("dy", "dx"))
     assert found["_decorated"].constexprs == ("EVEN",)
     assert found["_rope"].line == BOUND_BY_CALLS.splitlines().index("_rope = triton.jit(_rope)") + 1
 
@@ -83,7 +90,7 @@ def test_an_autograd_function_whose_forward_launches_the_kernel_is_its_entry_poi
     (rope,) = [k for k in scanned.kernels if k.function == "_rope"]
     assert (rope.wrapper, rope.wrapper_params) == ("Rope.apply", ("q", "cos"))
     suite = render_suite(scanned, "lib")
-    assert "from lib.ops import Rope, _bwd, _decorated, _rope, xent" in suite
+    assert "from lib.ops import Rope, _bwd, _decorated, _rope, bwd, xent" in suite
     assert '# e.g. return {"out": Rope.apply(inputs["q"], inputs["cos"])}' in suite
     assert "call=ops_rope_call," in suite
     compile(suite, "kernelwatch_suite.py", "exec")
