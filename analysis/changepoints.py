@@ -65,6 +65,9 @@ class Detection:
     n: int
     noise_pct: float
     change_points: tuple[ChangePoint, ...]
+    withdrawn: tuple[ChangePoint, ...] = ()
+    """Provisional changes an earlier night reported that the newest points contradict
+    (the level returned): said once more, so a change never vanishes without a reason."""
 
 
 def detect(
@@ -100,24 +103,99 @@ def detect(
         _describe(k, conf, _cause(log_cycles, found, k, config, floors), config)
         for k, conf in found.items()
     )
+    withdrawn: tuple[ChangePoint, ...] = ()
     if provisional and config.tail_points:
-        points += _provisional(x, sorted(found), sigma, floors.magnitude, config)
-    return Detection("ok", int(x.size), float(sigma * 100.0), points)
+        tail = _provisional(x, sorted(found), sigma, floors.magnitude, config)
+        standing, withdrawn = _still_standing(x, points, tail, sigma, floors.magnitude, config)
+        points += standing
+    return Detection("ok", int(x.size), float(sigma * 100.0), points, withdrawn)
+
+
+def _still_standing(
+    x: np.ndarray,
+    reported: tuple[ChangePoint, ...],
+    tail: tuple[ChangePoint, ...],
+    sigma: float,
+    min_shift: float,
+    config: DetectorConfig,
+) -> tuple[tuple[ChangePoint, ...], tuple[ChangePoint, ...]]:
+    """Tonight's provisional ``tail`` change, and the changes this series reported
+    provisionally on earlier nights (each shorter prefix, back to the tail's reach) that
+    tonight's points do not single out, with those the points contradict apart.
+
+    A change once reported keeps where it was first reported (tonight's tail change moves to
+    an earlier report of the same change nearby) and stays reported while the level since
+    its start differs from the regime before it by the change floor; it is withdrawn
+    ("level returned") once the newest points are back at the old level. So none flickers
+    out between the tail's reach and the scan's, or wanders night to night."""
+    earlier: list[ChangePoint] = []
+    for h in range(_tail_rule(min_shift, config).max_points, 0, -1):
+        prefix = x[: x.size - h]
+        if prefix.size >= 2 * config.min_size:
+            settled = [cp.index for cp in reported if cp.index < prefix.size]
+            earlier += _provisional(prefix, settled, sigma, min_shift, config)
+
+    def standing(cp: ChangePoint) -> ChangePoint | None:
+        # Judged against its own regime: since the last reported change before it.
+        start = max(
+            [0, cp.index - config.window, *(r.index for r in reported if r.index < cp.index)]
+        )
+        level = float(np.median(x[start : cp.index]))
+        sign = 1.0 if cp.direction == "regression" else -1.0
+        shift = float(np.median(x[cp.index :])) - level
+        newest = float(np.median(x[-config.tail_points :])) - level
+        if sign * shift < min_shift or sign * newest < min_shift / 2:
+            return None
+        # Every point since its start judged again by the tail's own rule: a change noise
+        # made on one night does not pass it once more nights follow.
+        since = x.size - cp.index
+        rule = replace(_tail_rule(min_shift, config), max_points=since)
+        again = tail_shift(x, rule, sigma, regime_start=start)
+        if again is None or again.direction != cp.direction:
+            return None
+        if abs(again.start - cp.index) > config.min_size // 2:
+            return None
+        pct = math.expm1(shift if config.lower_is_better else -shift) * 100.0
+        return replace(cp, magnitude_pct=pct)
+
+    def same(a: ChangePoint, b: ChangePoint) -> bool:
+        return a.direction == b.direction and abs(a.index - b.index) <= config.min_size
+
+    kept: list[ChangePoint] = []
+    for cp in tail:
+        first = next((e for e in earlier if same(e, cp) and standing(e)), None)
+        kept.append(standing(first) or cp if first is not None else cp)
+    withdrawn: list[ChangePoint] = []
+    for cp in earlier:
+        if any(same(cp, other) for other in (*reported, *kept, *withdrawn)):
+            continue
+        still = standing(cp)
+        (kept if still is not None else withdrawn).append(still or cp)
+    return tuple(kept), tuple(withdrawn)
+
+
+def _tail_rule(min_shift: float, config: DetectorConfig) -> TailRule:
+    """What a provisional change in the newest points must clear. Tails reach half the scan
+    window, past the lag at which the scan settles a step, so that no lag falls between the
+    two; a longer tail may hold noise dips back toward the old level (``TailRule.dips``), so
+    a step does not vanish as it ages."""
+    return TailRule(
+        z=config.tail_z,
+        min_shift=min_shift,
+        min_points=config.tail_points,
+        max_points=max(config.min_size, config.window // 2),
+        min_reference=config.min_size,
+        reference=config.window,
+        dips=True,
+    )
 
 
 def _provisional(
     x: np.ndarray, settled: list[int], sigma: float, min_shift: float, config: DetectorConfig
 ) -> tuple[ChangePoint, ...]:
     """The change in the newest points, judged against the regime since the last settled
-    change (tail points up to the short scan window: past that the scan itself reports)."""
-    rule = TailRule(
-        z=config.tail_z,
-        min_shift=min_shift,
-        min_points=config.tail_points,
-        max_points=max(config.min_size, config.window // 3),
-        min_reference=config.min_size,
-        reference=config.window,
-    )
+    change (``_tail_rule``)."""
+    rule = _tail_rule(min_shift, config)
     found = tail_shift(x, rule, sigma, regime_start=settled[-1] if settled else 0)
     if found is None:
         return ()

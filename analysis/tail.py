@@ -27,6 +27,10 @@ from kernelwatch.analysis.confirm import rank_test, trim_slow_tail
 
 #: A tail of this many points or more may hold one slow outlier when it is judged faster.
 _OUTLIER_ALLOWED_FROM = 3
+#: A tail of ``m`` points may hold at most ``m // _DIPS_PER`` dips (``TailRule.dips``): more,
+#: and a few far points at its end would carry a long tail of unmoved ones, placing the
+#: change long before it happened.
+_DIPS_PER = 4
 #: The smallest noise a tail is judged against, relative: a few identical points would
 #: otherwise make any difference infinitely many sigmas.
 _NOISE_FLOOR = 1e-4
@@ -44,6 +48,13 @@ class TailRule:
     max_points: int
     min_reference: int
     reference: int
+    dips: bool = False
+    """Let some of a longer tail's points dip back toward the old level: a tail of ``m``
+    points counts when its ``j``-th nearest point lies so far beyond that ``m - j`` of ``m``
+    points of unchanged noise would do so no more often than ``min_points`` points all
+    ``z`` sigmas beyond (a binomial tail). Without it a tail's every point (a faster tail of
+    three or more: all but one slow outlier) must lie ``z`` sigmas beyond, so the longer a
+    step has stood, the likelier one noise dip hides it."""
 
 
 @dataclass(frozen=True)
@@ -79,13 +90,15 @@ def tail_shift(
     excluded: Collection[int] = (),
 ) -> TailShift | None:
     """The longest tail of ``x`` (badness values in order) that lies beyond the points before
-    it by ``rule``, or None. The reference is the points from ``regime_start`` (the first point
-    of the current regime) up to the tail, at most ``rule.reference`` of them, without the
-    indices in ``excluded`` (points already checked and found to be noise), its slow tail
-    trimmed; a tail holds no excluded point (a point found to be noise is no change's first);
-    ``sigma`` is the series' relative point-to-point noise."""
+    it by ``rule`` (with ``rule.dips``, the passing tail whose start splits best), or None.
+    The reference is the points from ``regime_start`` (the first point of the current
+    regime) up to the tail, at most ``rule.reference`` of them, without the indices in
+    ``excluded`` (points already checked and found to be noise), its slow tail trimmed; a
+    tail holds no excluded point (a point found to be noise is no change's first); ``sigma``
+    is the series' relative point-to-point noise."""
     n = x.size
     noise = max(sigma, _NOISE_FLOOR)
+    found: list[tuple[float, TailShift]] = []
     for m in range(min(rule.max_points, n), rule.min_points - 1, -1):
         k = n - m
         if any(i >= k for i in excluded):
@@ -100,17 +113,51 @@ def tail_shift(
         shift = float(np.median(tail)) - level
         if abs(shift) < rule.min_shift:
             continue
-        if shift > 0:
-            nearest = tail[0] - level
-        else:
-            nearest = level - tail[-2 if m >= _OUTLIER_ALLOWED_FROM else -1]
-        z = nearest / noise
-        if z < rule.z:
+        distances = (tail - level) if shift > 0 else (level - tail[::-1])
+        if rule.dips and (x[k] - level) * math.copysign(1.0, shift) < abs(shift) / 2:
+            # Dips are allowed inside a tail, never as its first point: a step starts with
+            # the first point that moved, so a tail reaching back before it would be placed
+            # early.
             continue
+        if rule.dips:
+            judged = _with_dips(distances / noise, rule)
+            if judged is None:
+                continue
+            z, p = judged
+        else:
+            z = distances[1 if shift < 0 and m >= _OUTLIER_ALLOWED_FROM else 0] / noise
+            if z < rule.z:
+                continue
+            p = NormalDist().cdf(-z) ** m
         effect, _ = rank_test(reference, x[k:])
-        p = NormalDist().cdf(-z) ** m
-        return TailShift(k, m, shift, float(z), noise, p, effect, level, int(reference.size))
-    return None
+        shifted = TailShift(k, m, shift, float(z), noise, p, effect, level, int(reference.size))
+        if not rule.dips:
+            return shifted
+        # Of the tails that pass, the one whose start splits best: the mean shift times
+        # sqrt(points) peaks where the step is (a longer tail dilutes the mean with unmoved
+        # points, a shorter one has fewer points), where the median would hold on to an
+        # earlier start for up to twice the step's age.
+        found.append((abs(float(np.mean(x[k:])) - level) * math.sqrt(m), shifted))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
+def _with_dips(z: np.ndarray, rule: TailRule) -> tuple[float, float] | None:
+    """The z and p-value of the tail whose points lie ``z`` sigmas beyond the old level
+    (nearest first), judged on the ``j``-th nearest (``j`` up to a quarter of the tail) for
+    the ``j`` that gives the smallest p-value: the chance that at least ``m - j`` of ``m``
+    points of unchanged noise lie that far. None unless that is at most the chance of
+    ``min_points`` points all ``rule.z`` sigmas beyond."""
+    m = z.size
+    cut = NormalDist().cdf(-rule.z) ** rule.min_points
+    best: tuple[float, float] | None = None
+    for j in range(0, min(m - rule.min_points, m // _DIPS_PER) + 1):
+        if z[j] <= 0:
+            continue
+        q = NormalDist().cdf(-float(z[j]))
+        p = sum(math.comb(m, i) * q**i * (1 - q) ** (m - i) for i in range(m - j, m + 1))
+        if p <= cut and (best is None or p < best[1]):
+            best = (float(z[j]), p)
+    return best
 
 
 def tail_magnitude_pct(found: TailShift, lower_is_better: bool = True) -> float:

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from kernelwatch.analysis.changepoints import Detection, detect
+from kernelwatch.analysis.changepoints import ChangePoint, Detection, detect
 from kernelwatch.analysis.thresholds import DetectorConfig, Thresholds
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import JsonOption
@@ -153,11 +153,15 @@ def _finite(value: float) -> bool:
         return False
 
 
+#: Why a change an earlier night reported is no longer reported.
+WITHDRAWN_REASON = "level returned"
+
+
 def _to_json(result: SeriesResult) -> dict[str, Any]:
     s, found = result.series, result.found
-    points = []
-    for cp in found.change_points:
-        point: dict[str, Any] = {
+
+    def point(cp: ChangePoint) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "index": cp.index,
             "direction": cp.direction,
             "magnitude_pct": round(cp.magnitude_pct, 4),
@@ -165,16 +169,19 @@ def _to_json(result: SeriesResult) -> dict[str, Any]:
             "provisional": cp.provisional,
         }
         if s.rev is not None:
-            point["rev"] = s.rev[cp.index]
+            out["rev"] = s.rev[cp.index]
         if s.t is not None:
-            point["t"] = s.t[cp.index]
-        points.append(point)
+            out["t"] = s.t[cp.index]
+        return out
+
     out: dict[str, Any] = {"id": s.id, "status": found.status, "n": found.n}
     if found.status == "too_short":
         out["needs"] = 2 * result.config.min_size
     else:
         out["noise_pct"] = round(found.noise_pct, 4)
-    out["change_points"] = points
+    out["change_points"] = [point(cp) for cp in found.change_points]
+    if found.withdrawn:
+        out["withdrawn"] = [{**point(cp), "reason": WITHDRAWN_REASON} for cp in found.withdrawn]
     return out
 
 
@@ -201,5 +208,7 @@ def _print_table(results: list[SeriesResult]) -> None:
             )
             for cp in found.change_points
         )
+        for cp in found.withdrawn:
+            lines.append(f"\n{cp.direction} at {cp.index} withdrawn: {WITHDRAWN_REASON}")
         table.add_row(str(s.id), str(found.n), noise, status, lines or "-")
     out.print(table)

@@ -216,6 +216,30 @@ def delay_summary(details: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def delay_curve(details: dict[str, Any]) -> str:
+    """Our detector at every lag after a step, each on its own night (docs/DETECTION.md)."""
+    lags = len(next(iter(details["rows"][0]["reported"].values())))
+    lines = [
+        f"{details['per_lag']} series per lag and step size, {details['points']} points, "
+        f"{details['noise']:.0%} noise with interference outliers; reported = a change within "
+        f"+-{details['tolerance']} points of the step on that night; stays = of the series "
+        f"reported within {details['first']} nights, those reported on every night after",
+        "",
+        "| detector | seed | step | "
+        + " | ".join(f"{d}" for d in range(1, lags + 1))
+        + " | stays | unchanged with a report |",
+        "|---|---|---|" + "---|" * (lags + 2),
+    ]
+    for row in details["rows"]:
+        for size, shares in row["reported"].items():
+            cells = " | ".join(f"{share:.1%}" for share in shares)
+            lines.append(
+                f"| {row['label']} | {row['seed']} | {size}x | {cells} | "
+                f"{row['stays'][size]:.1%} | {row['false_alarms']:.1%} |"
+            )
+    return "\n".join(lines)
+
+
 #: Mutation outcomes -> their columns (scripts/mutation_report.py counts them per module).
 MUTATION_COLUMNS = {
     "killed": "killed by a test",
@@ -284,6 +308,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "detector-cases": detector_cases,
     "delay-full": delay_full,
     "delay-summary": delay_summary,
+    "delay-curve": delay_curve,
     "mutation-scores": mutation_scores,
 }
 

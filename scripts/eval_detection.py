@@ -17,6 +17,10 @@ detector run on every prefix that ends 1..10 points after the step (ours with it
 provisional tail, and with settled changes only; the anchors at their tuned settings of the
 main evaluation), and the share of unchanged 60-point series with any detection.
 
+``--delay-curve`` measures ours alone at every lag 1..14, each lag on its own night (a
+change reported one night and gone the next counts as missed on that night), on the
+``--seeds`` given, with whether a step reported within 3 nights stays reported after.
+
 Setting up the anchors (outside the repository):
 
     python3.11 -m venv DIR/otava && DIR/otava/bin/pip install apache-otava==0.8.0
@@ -276,6 +280,80 @@ def delay(
     return reported, alarms, 1000.0 * seconds / len(prefixes + flat)
 
 
+#: The delay curve: every lag it is read at, and how near the step a report must be.
+CURVE_LAGS, CURVE_TOLERANCE, CURVE_POINTS = tuple(range(1, 15)), 2, 60
+#: The nights a step has stood by which it must be reported for the "stays reported" share.
+CURVE_FIRST = 3
+
+
+def curve_series(rng: np.random.Generator, lag: int, size: int, up: bool) -> list[float]:
+    """A 60-point series whose last ``lag`` points moved by ``size`` noise sigmas (``lag``
+    0: unchanged), with the delay measurement's noise."""
+    y = make_series(rng, CURVE_POINTS, 0, DELAY_MODEL, jitter=DELAY_NOISE, bursts=False).y.copy()
+    if lag:
+        y[CURVE_POINTS - lag :] *= np.exp((1 if up else -1) * size * DELAY_NOISE)
+    return y.tolist()
+
+
+def delay_curve(seed: int, count: int, provisional: bool) -> dict[str, Any]:
+    """The share of ``count`` series per step size reported (within +-CURVE_TOLERANCE of the
+    step) at each lag on its own night, not counted from the first report on: a change
+    reported on one night and gone the next counts as missed there. Also the share of
+    series reported by lag CURVE_FIRST that stay reported on every night after (each series
+    grown one point a night), and the share of unchanged series with any report."""
+    rng = np.random.default_rng(seed)
+
+    def found(y: list[float], at: int) -> bool:
+        points = detect(y, provisional=provisional).change_points
+        return any(abs(cp.index - at) <= CURVE_TOLERANCE for cp in points)
+
+    reported: dict[str, list[float]] = {}
+    stays: dict[str, float] = {}
+    for size in DELAY_SIZES:
+        shares = []
+        for lag in CURVE_LAGS:
+            at = CURVE_POINTS - lag
+            hits = [found(curve_series(rng, lag, size, i % 2 == 0), at) for i in range(count)]
+            shares.append(sum(hits) / count)
+        reported[str(size)] = shares
+        grown = [curve_series(rng, CURVE_LAGS[-1], size, i % 2 == 0) for i in range(count)]
+        early = kept = 0
+        for y in grown:
+            at = CURVE_POINTS - CURVE_LAGS[-1]
+            nights = [found(y[: at + lag], at) for lag in CURVE_LAGS]
+            if any(nights[:CURVE_FIRST]):
+                early += 1
+                kept += all(nights[nights.index(True) :])
+        stays[str(size)] = kept / early if early else 0.0
+    flat = [curve_series(rng, 0, 0, True) for _ in range(2 * count)]
+    alarms = sum(bool(detect(y, provisional=provisional).change_points) for y in flat)
+    return {"reported": reported, "stays": stays, "false_alarms": alarms / len(flat)}
+
+
+def main_delay_curve(args: argparse.Namespace) -> None:
+    """The delay curve of ours (provisional tail, and settled only), on each seed."""
+    rows = [
+        {"label": label, "seed": seed, **delay_curve(seed, args.series, provisional)}
+        for seed in args.seeds
+        for label, provisional in (
+            ("kernelwatch (provisional tail)", True),
+            ("kernelwatch (settled only)", False),
+        )
+    ]
+    details = {
+        "per_lag": args.series,
+        "unchanged": 2 * args.series,
+        "points": CURVE_POINTS,
+        "noise": DELAY_NOISE,
+        "tolerance": CURVE_TOLERANCE,
+        "first": CURVE_FIRST,
+        "rows": rows,
+    }
+    print(docs_results.delay_curve(details))
+    if args.json:
+        args.json.write_text(json.dumps(details, indent=2) + "\n")
+
+
 def main_delay(args: argparse.Namespace) -> None:
     """The delay table: ours (provisional tail, and settled only) and each anchor whose
     virtual environment exists."""
@@ -333,9 +411,20 @@ def main() -> None:
     parser.add_argument(
         "--delay", action="store_true", help="measure how soon a step is reported instead"
     )
+    parser.add_argument(
+        "--delay-curve",
+        action="store_true",
+        help="measure ours at every lag 1-14 on its own night, on each of --seeds, instead",
+    )
+    parser.add_argument(
+        "--seeds", type=lambda text: [int(s) for s in text.split(",")], default=[3, 4]
+    )
     args = parser.parse_args()
     if args.delay:
         main_delay(args)
+        return
+    if args.delay_curve:
+        main_delay_curve(args)
         return
     if args.seed == args.tune_seed:
         sys.exit("error: tune on another seed than you evaluate on (--tune-seed != --seed)")

@@ -180,3 +180,36 @@ def test_a_found_shift_is_a_value_that_cannot_be_changed():
     found = tail_shift(_series(0, 0, 0, 0, 0.5, 0.5), RULE, SIGMA)
     with pytest.raises(dataclasses.FrozenInstanceError):
         found.shift = 0.0
+
+
+#: The rule of ``detect``'s provisional tail: tails up to 8 points, noise dips allowed.
+DIPS = _rule(max_points=8, dips=True)
+
+
+def test_with_dips_a_tail_may_hold_a_point_that_fell_back_toward_the_old_level():
+    """Issue 31: the longer a step stands, the likelier one noise dip. Without dips every
+    point must lie 3 sigmas beyond, so the step is placed after the dip, 4 points late."""
+    x = _series(*[0.0] * 10, 0.75, 0.75, 0.75, 0.125, 0.75, 0.75, 0.75, 0.75)
+    assert tail_shift(x, _rule(max_points=8), SIGMA).start == 14
+    found = tail_shift(x, DIPS, SIGMA)
+    assert (found.start, found.points) == (10, 8)
+    # Judged on its second nearest point (6 sigmas, the dip left out): the chance that 7 of
+    # 8 points of unchanged noise lie that far.
+    q = NormalDist().cdf(-6.0)
+    assert found.z == 6.0
+    assert found.p_value == pytest.approx(8 * q**7 * (1 - q) + q**8, rel=1e-9)
+
+
+def test_with_dips_a_tail_starts_at_its_first_moved_point():
+    """A tail reaching back before the step, its unmoved points counted as dips, would place
+    the change early; the tail starts at the first point that moved."""
+    x = _series(*[0.0] * 10, 0.75, 0.75, 0.75, 0.75)
+    assert tail_shift(x, DIPS, SIGMA).start == 10
+
+
+def test_with_dips_a_few_far_points_do_not_carry_a_long_unmoved_tail():
+    """At most a quarter of a tail may dip: two far points at the end of eight do not make a
+    change of the six unmoved ones before them (they would, one point each for ``m // j``)."""
+    x = _series(*[0.0] * 10, 0.25, 0.0, 0.0, 0.0, 0.0, 0.25, 0.75, 0.75)
+    found = tail_shift(x, DIPS, SIGMA)
+    assert found is not None and found.start == 16
