@@ -227,8 +227,8 @@ def _still_standing(
 
     kept: list[ChangePoint] = []
     for cp in tail:
-        first = next((e for e in earlier if same(e, cp) and standing(e)), None)
-        kept.append(standing(first) or cp if first is not None else cp)
+        first = next((s for e in earlier if same(e, cp) and (s := standing(e))), None)
+        kept.append(first or cp)
     withdrawn: list[ChangePoint] = []
     for cp in earlier:
         if any(same(cp, other) for other in (*reported, *kept, *withdrawn)):
