@@ -102,13 +102,13 @@ def selfcheck(
     options = replace(plan.options, kernels=tuple(kernel or ()), workload=workload, dtype=dtype)
     if budget is not None:
         options = replace(options, bench=replace(options.bench, budget_s=budget))
-        plan = replace(plan, ab_options=replace(plan.ab_options, budget_s=budget))
+        plan = replace(plan, aa_options=replace(plan.aa_options, budget_s=budget))
     plan = replace(plan, options=options)
     try:
-        with progress() as bar_ui:
+        with progress() as bar_ui, ChildBackend(trusted=plan.trusted) as backend:
             bar = bar_ui.add_task("self-check", total=None)
             outcome = run_selfcheck_stages(
-                plan, ChildBackend(), out, date.today(), lambda m: bar_ui.update(bar, description=m)
+                plan, backend, out, date.today(), lambda m: bar_ui.update(bar, description=m)
             )
     except SelectionUnavailable as exc:
         fail(str(exc), code=2)

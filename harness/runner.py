@@ -206,7 +206,7 @@ def _select(plan: dict[str, Any], suites: list[Suite]) -> list[Task]:
     only B's suite has (they are reported unsupported: there is nothing to compare)."""
     from kernelwatch.harness.suite import SelectionError, lacks, select_tasks
 
-    selection = (plan["kernels"], plan["workload"], plan["dtypes"])
+    selection = (plan["kernels"], plan["workload"], plan["dtypes"], plan.get("cases_per_kernel", 0))
     tasks = select_tasks(suites[0], *selection)
     if len(suites) > 1:
         # When B cannot satisfy the selection at all, every case is A's, reported as B lacking it.
@@ -238,11 +238,13 @@ def _case_runner(
         from kernelwatch.harness.timing.pinning import pinned_config, pins_from_json
 
         pins = pins_from_json(plan.get("pins", {}))
+        autotune = plan.get("autotune", True)
 
         def check(task: Task) -> CorrectnessResult:
             spec = suite.kernel(task.kernel)
             if isinstance(spec, DistributedSpec):
                 return ranks.run("check", task, suite.name)  # type: ignore[return-value]
+            pin = pinned_config(pins, task.kernel, task.params, task.dtype)
             return check_case(
                 spec,
                 suite.name,
@@ -252,7 +254,7 @@ def _case_runner(
                 device,
                 seed,
                 software,
-                pinned_config(pins, task.kernel, task.params, task.dtype),
+                pin if pin is not None or autotune else spec.pinned_config,
             )
 
         return check, None

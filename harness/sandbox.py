@@ -33,6 +33,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,7 +106,8 @@ class Sandbox:
     ``namespaces``: children get their own network namespace, and as root their own mount
     namespace too (where ``jail.py`` hides and exposes paths before dropping to the user);
     ``network``: with namespaces, the network namespace is left out (a multi-node world's
-    node, whose ranks reach the other nodes)."""
+    node, whose ranks reach the other nodes); ``notes``: what a trusted holder ran without
+    (:func:`held_sandbox`)."""
 
     root: Path
     identity: Identity | None
@@ -114,6 +116,15 @@ class Sandbox:
     staged: dict[str, str] = field(default_factory=dict)
     exposed: set[str] = field(default_factory=set)
     network: bool = True
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: how this sandbox's children are isolated, and what is missing."""
+        if self.notes:
+            return "; ".join(self.notes)
+        who = f"as user {self.identity.name}" if self.identity else "as this process's user"
+        net = "with no network" if self.network else "on the pod's network (multi-node)"
+        return f"sandboxed: children run {who}, in namespaces of their own, {net}"
 
     @property
     def home(self) -> Path:
@@ -181,20 +192,67 @@ class Sandbox:
         return Path(self.staged[str(source)])
 
 
+#: The sandbox a block holds for every child started inside it (:func:`held_sandbox`).
+_HELD: ContextVar[Sandbox | None] = ContextVar("kernelwatch_held_sandbox", default=None)
+
+
 @contextmanager
 def sandbox() -> Iterator[Sandbox]:
-    """A sandbox for the children of one run, removed with everything in it on exit."""
-    identity = sandbox_identity()
-    namespaces = namespaces_available()
-    if identity is not None and not namespaces:
-        _check_environment_readable(identity)
+    """A sandbox for the children of one run, removed with everything in it on exit; inside
+    :func:`held_sandbox`, the one it holds. Raises :class:`SandboxError` when this host
+    cannot build one (kernel code is untrusted unless the holder said otherwise)."""
+    held = _HELD.get()
+    if held is not None:
+        yield held
+        return
+    with _new_sandbox(trusted=False) as box:
+        yield box
+
+
+@contextmanager
+def held_sandbox(trusted: bool = False) -> Iterator[Sandbox]:
+    """One sandbox for every child started inside the block, so they share Triton's cache
+    and the staged suites (the self-check's stages compile the built-in suite once).
+
+    ``trusted``: the code the children run is the built-in suite, not a commit under test.
+    Where this host lacks what the sandbox needs (no ``useradd``, no ``unshare``, no user
+    namespaces, a Python the sandbox user cannot read), trusted children run with what is
+    left and :attr:`Sandbox.notes` says what is missing; untrusted code is refused."""
+    with _new_sandbox(trusted) as box:
+        token = _HELD.set(box)
+        try:
+            yield box
+        finally:
+            _HELD.reset(token)
+
+
+@contextmanager
+def _new_sandbox(trusted: bool) -> Iterator[Sandbox]:
+    notes: list[str] = []
+    try:
+        identity = sandbox_identity()
+        namespaces = namespaces_available()
+        if identity is not None and not namespaces:
+            _check_environment_readable(identity)
+    except SandboxError as exc:
+        if not trusted:
+            raise
+        identity, namespaces = None, namespaces_available()
+        notes.append(f"unsandboxed: {exc}; the built-in suite is trusted, so its children "
+                     f"run as this process's user (uid {os.geteuid()})")  # fmt: skip
+    if not namespaces:
+        notes.append(
+            "no network namespace: `unshare` is missing or refused here, so children keep "
+            "this host's network"
+        )
     root = Path(tempfile.mkdtemp(prefix="kernelwatch-sandbox-"))
     try:
         for sub in ("home", "tmp", "triton", "suites"):
             (root / sub).mkdir()
         if identity is not None:
             _give(root, identity)
-        yield Sandbox(root, identity, namespaces, _hidden(), network=not spans_nodes(os.environ))
+        network = not spans_nodes(os.environ)
+        yield Sandbox(root, identity, namespaces, _hidden(), network=network, notes=tuple(notes))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -222,12 +280,18 @@ def system_user(name: str, create: bool) -> pwd.struct_passwd:
         if not create:
             raise SandboxError(f"no user {name!r} on this machine; create it or unset "
                                f"{USER_ENV}") from None  # fmt: skip
-    proc = subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as exc:  # gVisor-like images may have no useradd at all
+        raise SandboxError(
+            f"cannot create user {name!r}: useradd cannot run here ({exc.strerror}); create "
+            f"the user in the image or name an existing one in {USER_ENV}"
+        ) from None
     # Another process may have created it meanwhile (useradd exits 9 then).
     if proc.returncode not in (0, 9):
         raise SandboxError(f"cannot create user {name!r}: {proc.stderr.strip()}")

@@ -1,25 +1,33 @@
 """The GPU self-check: whether this harness's timing can be trusted on this GPU, settled in one
 run under a hard deadline (``kernelwatch selfcheck``; ``docs/TIMING.md``).
 
-Four stages, each in fresh child processes (kernel code never runs here):
+Four stages, each in fresh child processes (kernel code never runs here), all in one
+sandbox (``held_sandbox``: the built-in suite is trusted, so its children share Triton's
+cache and compile each kernel once):
 
 1. ``measurements`` (one runner child, ``harness/timing/selfcheck.py``): the device and its
-   clock setup, event granularity, the ceilings, %SOL of a large memory-bound case,
-   agreement with ``do_bench`` and ``torch.utils.benchmark``, CI coverage over repeats,
-   clocks and throttling over every sample taken.
+   clock setup, event granularity, the ceilings, %SOL of a large memory-bound case, the two
+   L2 flushes, agreement with ``do_bench`` and ``torch.utils.benchmark``, clocks and
+   throttling over every sample taken.
 2. ``correctness``: every kernel's smoke cases in bf16 (the CPU cannot vouch for bf16),
    CUDA C++ kernels included.
-3. ``aa``: every case of the workload A/B'd against itself through the real A/B path
-   (``supervise.run_ab`` in a fresh child, its own autotuning) and ``analysis/verdict``.
-4. ``ncu``: when Nsight Compute is on the host, one kernel's ``gpu__time_duration`` against
-   our median.
+3. ``aa``: a few cases of every kernel at the workload's shapes, timed by
+   ``aa_processes`` independent children one after another, each with inputs drawn from
+   its own seed (the first autotunes; the others launch the configs it chose). Processes
+   1 and 2, 3 and 4, ... are the A/A pairs, judged by ``analysis/verdict``; every process's
+   median and CI of a case are the CI-coverage repeats. Process-to-process noise is in
+   both, as it is between a PR's base and head.
+4. ``ncu``: when Nsight Compute is on the host, the %SOL case launched in a run of its own
+   under ``ncu``; its ``gpu__time_duration`` against the median the unprofiled
+   measurements stage took.
 
 Each stage may run until its share of the deadline (what the later stages reserve is kept
 for them); a stage that overruns is stopped and keeps what it measured. After every stage,
-and after every record of the long ones, the folder ``<out>/<gpu>-<date>/`` gets each stage's
-JSON, ``selfcheck.json`` (every question's finding) and ``summary.md``, so a run cut short
-still leaves its report. The :class:`Backend` runs the stages: child processes here, an
-in-process simulated GPU in the tests.
+and after every record of the long ones, the folder ``<out>/<gpu>-<date>/`` gets two files:
+``selfcheck.json`` (every question's finding, each stage's line and data) and
+``summary.md``, so a run cut short still leaves its report, and the device tool's eight
+returned files hold all of it. The :class:`Backend` runs the stages: child processes here,
+an in-process simulated GPU in the tests.
 
 What the harness measures it does not judge: the A/A verdicts, the findings and the summary
 come from the caller as a :class:`Judging` (``analysis/trust.py`` and
@@ -29,6 +37,7 @@ them).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import re
@@ -41,34 +50,38 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measurement
-from kernelwatch.harness.suite import SuiteRef
+from kernelwatch.harness.records import CorrectnessResult, Measurement
+from kernelwatch.harness.sandbox import Sandbox, held_sandbox
+from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.supervise import (
-    ABRequest,
+    BenchRequest,
     CheckRequest,
     SelfcheckRequest,
     SuiteError,
-    run_ab,
+    run_benches,
     run_checks,
     run_selfcheck,
 )
+from kernelwatch.harness.timing.pinning import pins_from_records
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
 
-#: The stages in order, with their shares of the deadline (guesses for one H200 at the
-#: 285 s default, as seconds: the measurements ~60 s, the bf16 smoke check ~40 s with
-#: compilation, the A/A pass over the llm workload the most, ncu ~30 s). A stage may run
-#: until the end of its share counted from the start; one that finishes early leaves its
-#: time to the next.
+#: The stages in order, with their shares of the deadline in seconds at the ~450 s the
+#: script leaves (docs/TIMING.md's budget table: what each stage compiles, autotunes and
+#: samples on one H200). A stage may run until the end of its share counted from the
+#: start; one that finishes early leaves its time to the next.
 STAGES: tuple[tuple[str, float], ...] = (
-    ("measurements", 75.0),
-    ("correctness", 45.0),
-    ("aa", 100.0),
-    ("ncu", 35.0),
+    ("measurements", 150.0),
+    ("correctness", 50.0),
+    ("aa", 200.0),
+    ("ncu", 50.0),
 )
 #: A stage with less than this left is not started.
 MIN_STAGE_S = 10.0
 #: Kernel launches ncu profiles.
 NCU_LAUNCHES = 20
+#: The first A/A process autotunes and launches the fresh kernels: it gets this many shares
+#: of the stage's time to each later process's one.
+FIRST_PROCESS_SHARES = 2.0
 
 
 @dataclass(frozen=True)
@@ -76,8 +89,10 @@ class SelfcheckPlan:
     """What one self-check runs. ``options``: the device measurements (their kernels,
     workload and dtype select the A/A cases too); ``check_workload``: the correctness
     cases; ``cuda_kernels``: the suite's CUDA C++ kernels, whose launch must pass;
-    ``ab_options``: the A/A sampling; ``ncu_kernel``: the GPU function name of the %SOL
-    case's kernel, for ncu's filter; ``deadline_s``: the hard limit for everything."""
+    ``aa_options``: the A/A sampling, in each of ``aa_processes`` processes (an even number:
+    they pair up) over ``aa_cases_per_kernel`` cases of every kernel; ``ncu_kernel``: the GPU
+    function name of the %SOL case's kernel, for ncu's filter; ``deadline_s``: the hard
+    limit for everything."""
 
     suite: SuiteRef = field(default_factory=SuiteRef)
     options: SelfcheckOptions = field(
@@ -87,14 +102,30 @@ class SelfcheckPlan:
     )
     check_workload: str = "smoke"
     cuda_kernels: tuple[str, ...] = ("silu_and_mul_cuda",)
-    ab_options: BenchOptions = field(
+    aa_options: BenchOptions = field(
         default_factory=lambda: BenchOptions(
-            budget_s=0.25, min_time_s=0.02, warmup_s=0.05, cool_down_s=0.02, timeout_s=5.0
+            budget_s=0.25, min_time_s=0.02, warmup_s=0.05, cool_down_s=0.02, timeout_s=5.0,
+            baseline=False,
         )
-    )
+    )  # fmt: skip
+    aa_processes: int = 4
+    aa_cases_per_kernel: int = 2
     ncu_kernel: str = "silu_and_mul_kernel"
-    deadline_s: float = 285.0
+    deadline_s: float = 450.0
     case_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.aa_processes < 2 or self.aa_processes % 2:
+            raise ValueError(
+                f"aa_processes={self.aa_processes}: the A/A processes pair up, so it takes an "
+                "even number of at least 2"
+            )
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the suite is the built-in one (trusted code) rather than a checkout's."""
+        suite = self.suite
+        return suite.target == BUILTIN_SUITE and suite.root is None and suite.src is None
 
 
 class Backend(Protocol):
@@ -110,19 +141,41 @@ class Backend(Protocol):
         self, request: CheckRequest, on_plan: Callable[[int], None]
     ) -> Iterator[CorrectnessResult]: ...
 
-    def pairs(
-        self, request: ABRequest, on_plan: Callable[[int], None]
-    ) -> Iterator[ABMeasurement]: ...
+    def benches(
+        self, request: BenchRequest, on_plan: Callable[[int], None]
+    ) -> Iterator[Measurement]: ...
 
     def has_ncu(self) -> bool: ...
 
     def ncu(self, plan: SelfcheckPlan, stop_at: float) -> dict[str, Any]: ...
 
+    def isolation(self) -> str:
+        """One line: how the stages' children are isolated here."""
+        ...
+
 
 class ChildBackend:
-    """The stages in child processes on this machine's device."""
+    """The stages in child processes on this machine's device, in one sandbox held while
+    the backend is entered (``with ChildBackend(trusted) as backend``)."""
 
     clock = staticmethod(time.monotonic)
+
+    def __init__(self, trusted: bool = False) -> None:
+        self.trusted = trusted
+        self._stack = contextlib.ExitStack()
+        self._box: Sandbox | None = None
+
+    def __enter__(self) -> ChildBackend:
+        self._box = self._stack.enter_context(held_sandbox(self.trusted))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._box = None
+        self._stack.close()
+
+    def isolation(self) -> str:
+        assert self._box is not None, "enter the backend first"
+        return self._box.describe()
 
     def measurements(
         self, plan: SelfcheckPlan, stop_at: float, progress: Callable[[str], None]
@@ -134,15 +187,18 @@ class ChildBackend:
     ) -> Iterator[CorrectnessResult]:
         return run_checks(request, on_plan)
 
-    def pairs(self, request: ABRequest, on_plan: Callable[[int], None]) -> Iterator[ABMeasurement]:
-        return run_ab(request, on_plan)
+    def benches(
+        self, request: BenchRequest, on_plan: Callable[[int], None]
+    ) -> Iterator[Measurement]:
+        return run_benches(request, on_plan)
 
     def has_ncu(self) -> bool:
         return shutil.which("ncu") is not None
 
     def ncu(self, plan: SelfcheckPlan, stop_at: float) -> dict[str, Any]:
-        """The %SOL case timed by us inside ``ncu``, which profiles its first launches with
-        caches flushed and clocks left alone (as ours run)."""
+        """The %SOL case launched in a run of its own inside ``ncu``, which profiles its first
+        launches with caches flushed and clocks left alone (as ours run). That run's own
+        timing is not used: ncu serialises and replays what it profiles."""
         ncu = shutil.which("ncu")
         assert ncu is not None
         with tempfile.TemporaryDirectory(prefix="kernelwatch-ncu-") as tmp:
@@ -162,7 +218,6 @@ class ChildBackend:
             "available": True,
             "kernel": sol.get("kernel"),
             "case": sol.get("case"),
-            "ours_ns": sol.get("median_ns"),
             "ncu_ns": durations,
             "note": "" if durations else (text.strip().splitlines() or ["no ncu output"])[-1],
         }
@@ -208,8 +263,8 @@ def parse_ncu_durations(text: str) -> list[float]:
 
 
 class _Report(Generic[F]):
-    """The report folder, rewritten after every step: each stage's JSON, the findings, and
-    the markdown summary."""
+    """The report folder, rewritten after every step: ``selfcheck.json`` (the findings, each
+    stage's line and data) and the markdown summary."""
 
     def __init__(self, out_root: Path, day: date, plan: SelfcheckPlan, judging: Judging[F]) -> None:
         self.out_root, self.day, self.plan, self.judging = out_root, day, plan, judging
@@ -221,12 +276,10 @@ class _Report(Generic[F]):
     def update(self, stage: str, data: dict[str, Any], seconds: float) -> None:
         self.data[stage] = data
         self.seconds = seconds
-        self.write(stage)
+        self.write()
 
-    def write(self, stage: str | None = None) -> list[F]:
+    def write(self) -> list[F]:
         folder = self._folder()
-        if stage is not None:
-            _write_json(folder / f"{stage}.json", self.data[stage])
         findings = self.judging.findings(self.data)
         _write_json(
             folder / "selfcheck.json",
@@ -236,12 +289,13 @@ class _Report(Generic[F]):
                 "deadline_s": self.plan.deadline_s,
                 "stages": self.stages,
                 "findings": [asdict(f) for f in findings],
+                "data": self.data,
             },
         )
         summary = self.judging.summary(
             findings, self.data, self.stages, self.seconds, self.plan.deadline_s
         )
-        (folder / "summary.md").write_text(summary)
+        _write_text(folder / "summary.md", summary)
         return findings
 
     def _folder(self) -> Path:
@@ -264,8 +318,13 @@ def gpu_slug(name: str) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
+    _write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Written whole or not at all: a kill mid-write leaves the previous version."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    tmp.write_text(text)
     tmp.replace(path)
 
 
@@ -291,12 +350,13 @@ def run_stages(
     SelectionUnavailable for kernels or workloads the suite lacks."""
     report = _Report(out_root, day, plan, judging)
     run = _Run(plan, backend, report, backend.clock(), progress)
+    report.stages["sandbox"] = backend.isolation()
     stages = [(name, s) for name, s in STAGES if name != "ncu" or backend.has_ncu()]
     scale = plan.deadline_s / sum(share for _, share in stages)
     for index, (stage, _) in enumerate(stages):
         stop_at = run.start + scale * sum(share for _, share in stages[: index + 1])
         if stop_at - backend.clock() < MIN_STAGE_S:
-            run.report.stages[stage] = "not run: out of time"
+            report.stages[stage] = "not run: out of time"
             continue
         progress(stage)
         began = backend.clock()
@@ -305,16 +365,16 @@ def run_stages(
             ended = "stopped at its deadline" if backend.clock() >= stop_at else "done"
         except SuiteError as exc:  # this stage's child died: the other stages still run
             ended = f"failed: {exc}"
-        run.report.stages[stage] = f"{ended} in {backend.clock() - began:.0f} s"
-        run.report.seconds = backend.clock() - run.start
-        run.report.write()
+        report.stages[stage] = f"{ended} in {backend.clock() - began:.0f} s"
+        report.seconds = backend.clock() - run.start
+        report.write()
     if not backend.has_ncu():
-        run.report.stages["ncu"] = "skipped: ncu is not on this host"
+        report.stages["ncu"] = "skipped: ncu is not on this host"
         run.save("ncu", {"available": False})
-    run.report.seconds = backend.clock() - run.start
-    findings = run.report.write()
-    assert run.report.folder is not None
-    return Outcome(run.report.folder, findings, judging.settled(findings))
+    report.seconds = backend.clock() - run.start
+    findings = report.write()
+    assert report.folder is not None
+    return Outcome(report.folder, findings, judging.settled(findings))
 
 
 @dataclass(frozen=True)
@@ -369,7 +429,11 @@ def _selection(plan: SelfcheckPlan, stop_at: float) -> dict[str, Any]:
 
 def _correctness(run: _Run, stop_at: float) -> None:
     plan, options = run.plan, run.plan.options
-    request = CheckRequest(workload=plan.check_workload, **_selection(plan, stop_at))
+    # The pinned configs, not autotuning at smoke shapes: bf16 numerics are the question,
+    # and sixteen GEMM configs a specialisation would not fit the stage (docs/TIMING.md).
+    request = CheckRequest(
+        workload=plan.check_workload, autotune=False, **_selection(plan, stop_at)
+    )
     run.records(
         "correctness",
         lambda planned: run.backend.checks(request, planned),
@@ -392,35 +456,95 @@ def _check(record: CorrectnessResult) -> dict[str, Any]:
 
 
 def _aa(run: _Run, stop_at: float) -> None:
-    plan = run.plan
-    request = ABRequest(
-        suite_b=plan.suite,
-        workload=plan.options.workload,
-        options=plan.ab_options,
-        **_selection(plan, stop_at),
-    )
-    pair = run.report.judging.pair
-    run.records("aa", lambda planned: run.backend.pairs(request, planned), lambda r: _pair(r, pair))
+    """The A/A pairs and the coverage repeats from ``aa_processes`` independent children."""
+    plan, clock = run.plan, run.backend.clock
+    count = plan.aa_processes
+    judge = run.report.judging.pair
+    rows: dict[str, dict[str, Any]] = {}  # case -> kernel, label and a record per process
+    aa: dict[str, Any] = {"planned": 0, "processes": count, "seeds": [], "cases": []}
+    coverage: dict[str, Any] = {"processes": count, "cases": []}
+
+    judged: dict[tuple[str, int], dict[str, Any]] = {}  # each pair judged once (a bootstrap)
+
+    def publish() -> None:
+        pairs, repeats = [], []
+        for key, row in rows.items():
+            records = row["records"]
+            for first in range(0, len(records) - 1, 2):
+                if (key, first) not in judged:
+                    judged[key, first] = _pair(row, records[first], records[first + 1], judge)
+                pairs.append(judged[key, first])
+            repeats.append({"kernel": row["kernel"], "case": row["case"],
+                            "repeats": [_repeat(r) for r in records]})  # fmt: skip
+        aa["cases"], coverage["cases"] = pairs, repeats
+        run.report.data["aa"] = aa  # written with the coverage, in one go
+        run.save("coverage", coverage)
+
+    def planned(cases: int) -> None:
+        aa["planned"] = cases * (count // 2)
+
+    options = plan.aa_options
+    shares = [FIRST_PROCESS_SHARES, *[1.0] * (count - 1)]
+    for index in range(count):
+        until = clock() + (stop_at - clock()) * shares[index] / sum(shares[index:])
+        seed = index + 1
+        aa["seeds"].append(seed)
+        request = BenchRequest(
+            workload=plan.options.workload,
+            options=options,
+            seed=seed,
+            cases_per_kernel=plan.aa_cases_per_kernel,
+            **_selection(plan, until),
+        )
+        taken: list[Measurement] = []
+        for record in run.backend.benches(request, planned):
+            taken.append(record)
+            label = record.case.label()
+            row = rows.setdefault(
+                f"{record.case.kernel} {label} {record.case.dtype}",
+                {"kernel": record.case.kernel, "case": label, "records": []},
+            )
+            if len(row["records"]) == index:  # a case every earlier process reached
+                row["records"].append(record)
+                publish()
+        if index == 0:
+            # The later processes launch what the first chose: one autotuning per shape, and
+            # an A/A that compares timing, not two autotuning races.
+            options = replace(options, pins=pins_from_records(taken), pin_source="checked")
+        publish()
+        if clock() >= stop_at:
+            break
 
 
 def _pair(
-    record: ABMeasurement, verdict: Callable[[Measurement, Measurement], dict[str, Any]]
+    row: Mapping[str, Any],
+    base: Measurement,
+    head: Measurement,
+    verdict: Callable[[Measurement, Measurement], dict[str, Any]],
 ) -> dict[str, Any]:
-    """One A/A case as the report keeps it: the verdict and its numbers, not the samples."""
-    row: dict[str, Any] = {
-        "kernel": record.case.kernel,
-        "case": record.case.label(),
-        "status": record.status,
-        "reason": record.reason,
+    """One A/A pair as the report keeps it: the verdict and its numbers, not the samples."""
+    failed = next((m for m in (base, head) if m.status != "ok"), None)
+    pair: dict[str, Any] = {
+        "kernel": row["kernel"],
+        "case": row["case"],
+        "status": "ok" if failed is None else failed.status,
+        "reason": "" if failed is None else failed.reason,
         "verdict": None,
     }
-    if record.status == "ok" and record.base is not None and record.head is not None:
-        row.update(verdict(record.base, record.head))
-    return row
+    if failed is None:
+        pair.update(verdict(base, head))
+    return pair
+
+
+def _repeat(record: Measurement) -> dict[str, Any] | None:
+    return asdict(record.summary) if record.status == "ok" and record.summary else None
 
 
 def _ncu(run: _Run, stop_at: float) -> None:
-    run.save("ncu", run.backend.ncu(run.plan, stop_at))
+    # Ours from the unprofiled measurements stage: the profiled run's own times include
+    # ncu's serialisation and replays.
+    sol = run.report.data.get("sol") or {}
+    run.save("ncu", {**run.backend.ncu(run.plan, stop_at), "ours_ns": sol.get("median_ns")})
 
 
 _STAGE_RUNNERS: dict[str, Callable[[_Run, float], None]] = {

@@ -12,7 +12,7 @@ import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernelwatch.harness import gitcmd
 
@@ -304,16 +304,33 @@ def _import_file(path: Path) -> Any:
     return module
 
 
+T = TypeVar("T")
+
+
+def spread(cases: Sequence[T], count: int) -> list[T]:
+    """At most ``count`` of ``cases`` (all when 0), evenly spread: the first and the last,
+    and between them at equal steps; one alone is the middle case."""
+    if count <= 0 or count >= len(cases):
+        return list(cases)
+    if count == 1:
+        return [cases[len(cases) // 2]]
+    step = (len(cases) - 1) / (count - 1)
+    return [cases[round(i * step)] for i in range(count)]
+
+
 def select_tasks(
     suite: Suite,
     kernels: Sequence[str] = (),
     workload: str = "smoke",
     dtypes: Sequence[str] = (),
+    per_kernel: int = 0,
 ) -> list[Task]:
     """Every (kernel, case, dtype) the selection names, in suite order.
 
     With no ``kernels`` every kernel that has ``workload`` is taken; a kernel named
-    explicitly must have it. Raises :class:`SelectionError` naming the valid choices.
+    explicitly must have it. ``per_kernel``: at most that many of each kernel's cases, evenly
+    spread from its first to its last (one: the middle one); 0 takes them all. Raises
+    :class:`SelectionError` naming the valid choices.
     """
     from kernelwatch.harness.spec import DTYPES
 
@@ -340,7 +357,7 @@ def select_tasks(
         Task(spec.name, workload, dict(params), dtype, spec.tolerance[dtype])
         for spec in specs
         if workload in spec.workloads
-        for params in spec.workloads[workload]
+        for params in spread(spec.workloads[workload], per_kernel)
         for dtype in spec.dtypes
         if not dtypes or dtype in dtypes
     ]

@@ -65,7 +65,10 @@ class CheckRequest:
     ``pins`` are configs a check launches instead of autotuning (a bench request takes its
     own in ``options``). ``stop_at`` is a deadline on ``time.monotonic()`` for the whole
     run: when it passes, the child is killed and the records stop, without a record for
-    the case it was in.
+    the case it was in. ``cases_per_kernel``: at most this many of each kernel's cases,
+    evenly spread over its workload (0: all; ``select_tasks``). Without ``autotune`` a check
+    launches each kernel's ``pinned_config`` where no pin names one: one compile a
+    specialisation instead of one a config.
     """
 
     suite: SuiteRef = field(default_factory=SuiteRef)
@@ -77,6 +80,8 @@ class CheckRequest:
     startup_timeout_s: float = 180.0
     pins: Pins = field(default_factory=dict)
     stop_at: float | None = None
+    cases_per_kernel: int = 0
+    autotune: bool = True
 
     mode = "check"
 
@@ -87,6 +92,8 @@ class CheckRequest:
             "kernels": list(self.kernels),
             "workload": self.workload,
             "dtypes": list(self.dtypes),
+            "cases_per_kernel": self.cases_per_kernel,
+            "autotune": self.autotune,
             "seed": self.seed,
             "start": start,
             "pins": pins_to_json(self.pins),

@@ -46,8 +46,24 @@ def render(
             lines += ["", f"## {f.question}", ""]
             lines += [f"- {_cell(detail)}" for detail in f.details]
     lines += _agreement_table(data.get("agreement"))
+    lines += _flush_lines(data.get("flush"))
     lines += _ceilings_table(data.get("ceilings"))
     return "\n".join(lines) + "\n"
+
+
+def _flush_lines(stage: Mapping[str, Any] | None) -> list[str]:
+    """The two L2 flushes on one case: reading leaves L2 clean, zeroing leaves dirty lines
+    the timed kernel writes back (nvbench's and do_bench's flush)."""
+    if not stage or "read_flush_ns" not in stage:
+        return []
+    return [
+        "",
+        "## L2 flush",
+        "",
+        f"- {stage['kernel']} {stage['case']}: {_us(stage['read_flush_ns'])} us after the "
+        f"read flush (ours), {_us(stage['write_flush_ns'])} us after a zeroing flush: "
+        f"{100 * stage['difference']:+.1f}% from the dirty lines it leaves",
+    ]
 
 
 def _cell(text: str) -> str:

@@ -299,6 +299,27 @@ def _killed_share(modules: list[dict[str, int]]) -> str:
     return f"{share:.1%} ({max(0.0, share - half):.1%} to {min(1.0, share + half):.1%})"
 
 
+def selfcheck_budget(details: dict[str, Any]) -> str:
+    """The GPU self-check's seconds per stage on one H200 (docs/TIMING.md)."""
+    lines = [
+        "| stage | cases | processes | compiles | compile s | autotune runs | autotune s "
+        "| start-up s | sampling s | total s | share s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in details["stages"]:
+        lines.append(
+            f"| `{row['stage']}` | {row['cases']} | {row['processes']} | {row['compiles']:g} "
+            f"| {row['compile_s']:.0f} | {row['autotune_runs']:g} | {row['autotune_s']:.0f} "
+            f"| {row['startup_s']:.0f} | {row['sampling_s']:.0f} | **{row['total_s']:.0f}** "
+            f"| {row['share_s']:.0f} |"
+        )
+    lines.append(
+        f"| all | | | | | | | | | **{details['total_s']:.0f}** "
+        f"| {details['deadline_s']:g} of the script's {details['script_limit_s']} |"
+    )
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "detection-full": detection_full,
     "detection-summary": detection_summary,
@@ -310,6 +331,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "delay-summary": delay_summary,
     "delay-curve": delay_curve,
     "mutation-scores": mutation_scores,
+    "selfcheck-budget": selfcheck_budget,
 }
 
 

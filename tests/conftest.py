@@ -60,6 +60,7 @@ if WORKER is None or not os.environ.get("KERNELWATCH_BUILD_CACHE"):
 #: (``--dist loadfile --no-loadscope-reorder``): started first, they run beside the many
 #: short files instead of alone at the end. A file missing here only costs balance.
 SLOW_FIRST = (
+    "test_gpu_rehearsal.py",
     "test_flows.py",
     "test_demo.py",
     "test_onboarding.py",

@@ -7,6 +7,10 @@ CUDA events take the stream's time when the GPU reaches them, rounded to the eve
 resolution; ``torch.cuda._sleep`` spins for a number of SM cycles, so its length depends on
 the SM clock, which idles low until the GPU has been busy a while (as real GPUs ramp up).
 CUDA graphs record launches at capture and replay them back to back for one host launch.
+L2 is modelled as far as flushing it matters: zeroing a buffer leaves L2 full of dirty
+lines, and the next kernel that touches memory (``footprint_bytes``) writes back as many of
+them as it evicts, at the memset rate, on top of its own time; reading a buffer (``sum``)
+leaves clean lines, which cost nothing to evict.
 
 ``FakeGpu.torch`` stands in for the ``torch`` module where the timer imports it; ``nvml()``
 returns a fake ``pynvml`` reading this GPU's clocks; ``monotonic``/``perf_counter_ns``/
@@ -17,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -37,7 +42,9 @@ class FakeGpu:
     boost_mhz: float = 1980.0
     max_mhz: float = 1980.0
     warm_after_ns: float = 50e6  # busy time before the clock leaves idle
-    memset_gbps: float = 3000.0
+    memset_gbps: float = 3000.0  # zeroing, reading and writing back dirty lines alike
+    l2_bytes: int = 50 << 20
+    dirty_bytes: float = 0.0  # dirty lines in L2
     host_ns: float = 0.0
     gpu_free_ns: float = 0.0
     busy_ns: float = 0.0
@@ -57,6 +64,11 @@ class FakeGpu:
             return self.clock_override(self)
         return self.boost_mhz if self.busy_ns >= self.warm_after_ns else self.idle_mhz
 
+    @property
+    def busy(self) -> bool:
+        """Whether the GPU still has queued work at the host's present time."""
+        return self.host_ns < self.gpu_free_ns
+
     def run(self, duration_ns: float, host_cost_ns: float) -> float:
         """Queue ``duration_ns`` of GPU work submitted now; the host pays ``host_cost_ns``
         first. Returns when the work ends, in GPU time."""
@@ -66,8 +78,10 @@ class FakeGpu:
         self.busy_ns += duration_ns
         return self.gpu_free_ns
 
-    def launch(self, kernel_ns: float) -> None:
-        """A kernel launch from the host (a captured one during graph capture)."""
+    def launch(self, kernel_ns: float, footprint_bytes: float = 0.0) -> None:
+        """A kernel launch from the host (a captured one during graph capture); a kernel that
+        touches ``footprint_bytes`` of memory evicts that much of L2, writing back the dirty
+        lines among them."""
         if self.capturing is not None:
             self.capturing.append(kernel_ns)
             return
@@ -75,10 +89,12 @@ class FakeGpu:
         self.launches += 1
         if self.jitter:
             kernel_ns *= 1.0 + self.rng.gauss(0.0, self.jitter)
-        self.run(kernel_ns, self.launch_host_ns + extra)
+        written_back = min(self.dirty_bytes, footprint_bytes)
+        self.dirty_bytes -= written_back
+        self.run(kernel_ns + written_back / self.memset_gbps, self.launch_host_ns + extra)
 
-    def kernel(self, kernel_ns: float) -> Callable[[], None]:
-        return lambda: self.launch(kernel_ns)
+    def kernel(self, kernel_ns: float, footprint_bytes: float = 0.0) -> Callable[[], None]:
+        return lambda: self.launch(kernel_ns, footprint_bytes)
 
     def warm(self, busy_ns: float = 0.0) -> None:
         """Keep the GPU busy until its clock is up (the harness's warm-up)."""
@@ -126,7 +142,22 @@ class FakeGpu:
 
             def zero_(self) -> Buffer:
                 gpu.run(self.nbytes / gpu.memset_gbps, gpu.record_host_ns)
+                gpu.dirty_bytes = min(self.nbytes, gpu.l2_bytes)
                 return self
+
+            def read(self) -> None:
+                gpu.run(self.nbytes / gpu.memset_gbps, gpu.record_host_ns)
+                gpu.dirty_bytes = 0.0
+
+        def buffer(
+            shape: int | tuple[int, ...], dtype: str = "uint8", device: Any = None
+        ) -> Buffer:
+            dims = (shape,) if isinstance(shape, int) else shape
+            return Buffer(math.prod(dims) * ELEMENT_BYTES[dtype])
+
+        def reduce_sum(tensor: Buffer, dim: int | None = None, out: Any = None) -> Buffer:
+            tensor.read()
+            return out if out is not None else buffer(())
 
         class Graph:
             def __init__(self) -> None:
@@ -162,7 +193,10 @@ class FakeGpu:
         return SimpleNamespace(
             cuda=cuda,
             uint8="uint8",
-            empty=lambda n, dtype=None, device=None: Buffer(n),
+            float32="float32",
+            empty=buffer,
+            zeros=buffer,
+            sum=reduce_sum,
         )
 
     # -- the other tools ------------------------------------------------------------------
@@ -195,15 +229,29 @@ class FakeGpu:
 
     # -- NVML -----------------------------------------------------------------------------
 
-    def nvml(self, reasons: Callable[[FakeGpu], int] = lambda gpu: 0, **overrides: Any) -> Any:
+    def nvml(
+        self,
+        reasons: Callable[[FakeGpu], int] = lambda gpu: 0,
+        processes: Callable[[FakeGpu], Sequence[int]] = lambda gpu: (),
+        **overrides: Any,
+    ) -> Any:
         """A fake ``pynvml`` for this GPU: clocks as the simulation has them, clock-event
-        reasons from ``reasons``; ``overrides`` replace any attribute."""
+        reasons from ``reasons``, this process and the PIDs ``processes`` names on the GPU;
+        ``overrides`` replace any attribute."""
         return fake_nvml(
             sm_clock=lambda: self.clock_mhz,
             max_clock=self.max_mhz,
             reasons=lambda: reasons(self),
+            processes=lambda: [os.getpid(), *processes(self)],
             **overrides,
         )
+
+
+#: Bytes per element of the fake torch's dtypes.
+ELEMENT_BYTES = {"uint8": 1, "float32": 4}
+
+#: pynvml's NVML_SUCCESS and NVML_ERROR_NOT_SUPPORTED, per field of nvmlDeviceGetFieldValues.
+NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
 
 
 class NVMLError(Exception):
@@ -223,10 +271,14 @@ def fake_nvml(
     max_clock: float = 1980.0,
     reasons: Callable[[], int] = lambda: 0,
     uuids: tuple[str, ...] | None = None,
+    processes: Callable[[], Sequence[int]] = lambda: [os.getpid()],
+    counters: Callable[[], Mapping[int, int]] | None = None,
     **overrides: Any,
 ) -> Any:
     """A stand-in for ``pynvml``. ``uuids``: the UUIDs ``nvmlDeviceGetHandleByUUID``
-    finds (None: any)."""
+    finds (None: any); ``processes``: the PIDs of the compute processes on the GPU;
+    ``counters``: the field values ``nvmlDeviceGetFieldValues`` has, by field id (None: a
+    driver that supports none of them)."""
     opened: list[str] = []
 
     def by_uuid(uuid: str | bytes) -> str:
@@ -236,6 +288,17 @@ def fake_nvml(
             raise NVMLError(f"no device {text}")
         return "handle"
 
+    def field_values(handle: Any, ids: Sequence[int]) -> list[SimpleNamespace]:
+        known = counters() if counters is not None else {}
+        return [
+            SimpleNamespace(
+                fieldId=i,
+                nvmlReturn=NVML_SUCCESS if i in known else NVML_ERROR_NOT_SUPPORTED,
+                value=SimpleNamespace(ullVal=known.get(i, 0)),
+            )
+            for i in ids
+        ]
+
     nvml = SimpleNamespace(
         NVMLError=NVMLError,
         NVMLError_FunctionNotFound=NVMLError_FunctionNotFound,
@@ -243,6 +306,7 @@ def fake_nvml(
         NVML_CLOCK_SM=1,
         NVML_CLOCK_MEM=2,
         NVML_TEMPERATURE_GPU=0,
+        NVML_SUCCESS=NVML_SUCCESS,
         nvmlInit=lambda: None,
         nvmlDeviceGetHandleByUUID=by_uuid,
         nvmlDeviceGetClockInfo=lambda h, which: sm_clock() if which == 1 else 3201.0,
@@ -253,7 +317,10 @@ def fake_nvml(
         nvmlDeviceGetPowerUsage=lambda h: 350_500,
         nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
         nvmlDeviceGetPersistenceMode=lambda h: 1,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [object()],
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [
+            SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in processes()
+        ],
+        nvmlDeviceGetFieldValues=field_values,
         opened=opened,
     )
     for name, value in overrides.items():
@@ -278,11 +345,13 @@ def doubling_spec(
     autotune: Callable[[], Any] | None = None,
     log: list[str] | None = None,
     workloads: dict[str, tuple[dict[str, Any], ...]] | None = None,
+    evicts: bool = False,
 ) -> Any:
     """A kernel spec computing ``y = 2 x`` on small CPU tensors of ``n`` elements; on ``gpu``
     each launch also costs ``kernel_ns`` of simulated GPU time (``kernel_ns(params)`` when
     callable), and its byte and FLOP models count ``size`` elements (default ``n``), so a
-    case can stand for a large one without the CPU moving its bytes.
+    case can stand for a large one without the CPU moving its bytes. With ``evicts`` each
+    launch touches those bytes of simulated memory, paying for the dirty L2 lines it evicts.
     ``autotune()`` is the config a launch without one picks (the autotuner, whose choice
     may differ run to run); ``log`` records each launch as ``launch <config>``."""
     import torch
@@ -295,7 +364,9 @@ def doubling_spec(
             log.append(f"launch {'autotune' if cfg is None else chosen.label()}")
         o["y"].copy_(2.0 * t["x"])
         if gpu is not None:
-            gpu.launch(kernel_ns(p) if callable(kernel_ns) else kernel_ns)
+            size = int(p.get("size", p["n"]))
+            footprint = 2 * t["x"].element_size() * size if evicts else 0.0
+            gpu.launch(kernel_ns(p) if callable(kernel_ns) else kernel_ns, footprint)
         return chosen
 
     return KernelSpec(

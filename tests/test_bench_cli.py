@@ -113,16 +113,19 @@ def test_selfcheck_runs_every_stage_in_child_processes_and_reports_each(kernelwa
     assert re.search(r"^(PASS|FAIL|INCOMPLETE|SKIPPED) ", proc.stderr, re.MULTILINE)
     assert not re.search(r"\[/?(bold red|green|yellow|dim)\]", proc.stderr)
     (folder,) = tmp_path.iterdir()
+    assert {p.name for p in folder.iterdir()} == {"selfcheck.json", "summary.md"}
     report = json.loads((folder / "selfcheck.json").read_text())
-    assert list(report["stages"]) == ["measurements", "correctness", "aa", "ncu"]
+    assert list(report["stages"]) == ["sandbox", "measurements", "correctness", "aa", "ncu"]
+    assert report["stages"]["sandbox"].startswith("sandboxed: children run")
     findings = {f["key"]: f for f in report["findings"]}
-    (row,) = json.loads((folder / "agreement.json").read_text())["rows"]
+    (row,) = report["data"]["agreement"]["rows"]
     assert row["ours"]["median_ns"] > 0 and row["do_bench_ns"] is None  # do_bench needs CUDA
     assert findings["correctness"]["line"].startswith("4/4 (100.0%) fp16 cases pass")
     assert findings["correctness"]["status"] == "fail"  # no CUDA C++ kernel selected
     assert findings["ncu"]["status"] == "skipped"
-    aa = json.loads((folder / "aa.json").read_text())
-    assert aa["planned"] == len(aa["cases"]) == 4
+    aa = report["data"]["aa"]
+    # Two of softmax's four smoke cases, in two pairs of independent processes.
+    assert aa["planned"] == len(aa["cases"]) == 4 and aa["processes"] == 4
     assert {c["status"] for c in aa["cases"]} == {"ok"}
     summary = (folder / "summary.md").read_text()
     assert summary.startswith("# kernelwatch GPU self-check:")

@@ -116,6 +116,13 @@ def test_a_timeout_with_too_few_unthrottled_samples_says_so_and_all_throttled_is
     assert hot.reason.startswith("all 2 samples were taken while the GPU throttled")
 
 
+def test_a_sample_flagged_for_another_process_on_the_gpu_says_so(device):
+    shared = Sample(300.0, 1800.0, 2600.0, None, True, other_processes=2)
+    samples = (*_samples(100.0, 101.0), shared)
+    short = _build(device, samples, stop=TIMEOUT)
+    assert "2 other process(es) on the GPU" in short.reason
+
+
 def test_the_roofline_is_asked_about_the_median_and_only_when_there_is_one(device):
     asked: list[float] = []
 

@@ -6,16 +6,17 @@ their deadline, and a recording judging in place of ``analysis/trust.py``'s.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import CASE, DEVICE, METHOD, SOFTWARE, correctness, measurement
+from factories import CASE, correctness, measurement
 
-from kernelwatch.harness.records import ABMeasurement, CorrectnessResult, Measurement
+from kernelwatch.harness.records import CorrectnessResult, Measurement
 from kernelwatch.harness.selfcheck_stages import (
     MIN_STAGE_S,
     STAGES,
@@ -25,7 +26,7 @@ from kernelwatch.harness.selfcheck_stages import (
     parse_ncu_durations,
     run_stages,
 )
-from kernelwatch.harness.supervise import ABRequest, CheckRequest, SuiteError
+from kernelwatch.harness.supervise import BenchRequest, CheckRequest, SuiteError
 
 START = 1000.0
 DAY = date(2025, 1, 2)
@@ -47,12 +48,16 @@ class ScriptedBackend:
     def clock(self) -> float:
         return self.now
 
-    def _spend(self, stage: str, stop_at: float | None) -> None:
+    processes: list[BenchRequest] = field(default_factory=list)
+    checked: CheckRequest | None = None
+
+    def _spend(self, stage: str, stop_at: float | None, parts: int = 1) -> None:
+        """Spend a ``parts``-th of the stage's time (its A/A processes share it)."""
         assert stop_at is not None
         self.stop_at[stage] = stop_at
         if stage in self.dies:
             raise SuiteError(f"the {stage} runner was killed by signal 9: out of memory")
-        self.now += self.took.get(stage, 1.0)
+        self.now += self.took.get(stage, 1.0) / parts
 
     def measurements(
         self, plan: SelfcheckPlan, stop_at: float, progress: Callable[[str], None]
@@ -63,16 +68,29 @@ class ScriptedBackend:
     def checks(
         self, request: CheckRequest, on_plan: Callable[[int], None]
     ) -> Iterator[CorrectnessResult]:
+        self.checked = request
         on_plan(3)
         self._spend("correctness", request.stop_at)
         yield correctness()
 
-    def pairs(self, request: ABRequest, on_plan: Callable[[int], None]) -> Iterator[ABMeasurement]:
+    def benches(
+        self, request: BenchRequest, on_plan: Callable[[int], None]
+    ) -> Iterator[Measurement]:
+        """Process n times the first case at 1000 ns times 1.1^(n-1); the second case raises
+        in process 2."""
+        self.processes.append(request)
         on_plan(2)
-        self._spend("aa", request.stop_at)
-        base, head = measurement(), measurement(samples_ns=(1100.0, 1110.0, 1090.0))
-        yield ABMeasurement(CASE, "ok", "", METHOD, DEVICE, SOFTWARE, base, head)
-        yield ABMeasurement(CASE, "error", "the B side raised", METHOD, DEVICE, SOFTWARE)
+        self._spend("aa", request.stop_at, parts=4)
+        scale = 1.1 ** (request.seed - 1)
+        yield measurement(samples_ns=tuple(scale * t for t in (1000.0, 1010.0, 990.0)))
+        other = replace(CASE, params={"rows": 1, "hidden": 8})
+        if request.seed == 2:
+            yield measurement(other, (), status="error", reason="the B side raised")
+        else:
+            yield measurement(other)
+
+    def isolation(self) -> str:
+        return "sandboxed: children run as user kernelwatch-sandbox"
 
     def has_ncu(self) -> bool:
         return self.ncu_present
@@ -148,7 +166,10 @@ def test_each_stage_may_run_until_its_share_of_the_deadline_counted_from_the_sta
         "ncu": START + 2 * SHARES,
     }
     report = _report(outcome)
-    assert report["stages"] == dict.fromkeys(backend.stop_at, "done in 1 s")
+    assert report["stages"] == {
+        "sandbox": "sandboxed: children run as user kernelwatch-sandbox",
+        **dict.fromkeys(backend.stop_at, "done in 1 s"),
+    }
     assert report["seconds"] == 4.0 and report["deadline_s"] == 2 * SHARES
 
 
@@ -159,8 +180,9 @@ def test_without_ncu_its_share_goes_to_the_other_stages_and_the_report_says_it_w
     outcome = _run(backend, tmp_path, deadline_s=100.0)
     assert set(backend.stop_at) == {"measurements", "correctness", "aa"}
     assert backend.stop_at["aa"] == START + 100.0
-    assert _report(outcome)["stages"]["ncu"] == "skipped: ncu is not on this host"
-    assert json.loads((outcome.folder / "ncu.json").read_text()) == {"available": False}
+    report = _report(outcome)
+    assert report["stages"]["ncu"] == "skipped: ncu is not on this host"
+    assert report["data"]["ncu"] == {"available": False}
 
 
 def test_a_stage_that_overruns_is_reported_stopped_and_one_left_too_little_time_is_not_run(
@@ -175,7 +197,7 @@ def test_a_stage_that_overruns_is_reported_stopped_and_one_left_too_little_time_
     assert stages["measurements"] == f"stopped at its deadline in {took:.0f} s"
     assert stages["correctness"] == "not run: out of time"
     assert "correctness" not in backend.stop_at
-    assert not (outcome.folder / "correctness.json").exists()
+    assert "correctness" not in _report(outcome)["data"]
     assert stages["aa"] == stages["ncu"] == "done in 1 s"
 
 
@@ -186,31 +208,70 @@ def test_a_stage_whose_child_dies_is_reported_and_the_next_stages_still_run(tmp_
         "failed: the correctness runner was killed by signal 9: out of memory in 0 s"
     )
     assert stages["aa"] == stages["ncu"] == "done in 1 s"
-    assert (outcome.folder / "aa.json").exists()
+    assert _report(outcome)["data"]["aa"]["cases"]
 
 
 def test_the_report_folder_holds_each_stage_and_what_the_judging_made_of_them(tmp_path):
     recorder = Recorder(settle=False)
     outcome = _run(ScriptedBackend(), tmp_path, recorder=recorder)
     assert outcome.folder == tmp_path / "h200-2025-01-02"
-    assert outcome.findings == [Found(4, "pass")] and not outcome.settled
-    assert {p.name for p in outcome.folder.iterdir()} == {
-        "selfcheck.json", "summary.md", "device.json", "correctness.json", "aa.json", "ncu.json",
-    }  # fmt: skip
+    assert outcome.findings == [Found(5, "pass")] and not outcome.settled
+    # Two files whatever the stages: the device tool returns eight.
+    assert {p.name for p in outcome.folder.iterdir()} == {"selfcheck.json", "summary.md"}
     report = _report(outcome)
     assert report["device"] == {"name": "NVIDIA H200"}
-    assert report["findings"] == [{"stages": 4, "status": "pass"}]
-    assert (outcome.folder / "summary.md").read_text() == "4 stages judged\n"
+    assert report["findings"] == [{"stages": 5, "status": "pass"}]
+    assert (outcome.folder / "summary.md").read_text() == "5 stages judged\n"
     assert recorder.summaries[-1] == (report["stages"], 4.0, SHARES)
-    aa = json.loads((outcome.folder / "aa.json").read_text())
-    assert aa["planned"] == 2
-    ok, error = aa["cases"]
-    assert ok["status"] == "ok" and ok["verdict"] == "SLOWER"
-    assert ok["ratio"] == pytest.approx(1.1)
-    assert error == {"kernel": "rms_norm", "case": CASE.label(), "status": "error",
+    aa = report["data"]["aa"]
+    assert aa["planned"] == 4 and aa["processes"] == 4 and aa["seeds"] == [1, 2, 3, 4]
+    first, second, error, other = aa["cases"]
+    # Processes 1 and 2 are a pair, 3 and 4 another: each ratio is 1.1.
+    assert first["verdict"] == second["verdict"] == "SLOWER"
+    assert first["ratio"] == second["ratio"] == pytest.approx(1.1)
+    assert error == {"kernel": "rms_norm", "case": "rows=1 hidden=8", "status": "error",
                      "reason": "the B side raised", "verdict": None}  # fmt: skip
-    checks = json.loads((outcome.folder / "correctness.json").read_text())
+    assert other["status"] == "ok"
+    coverage = report["data"]["coverage"]["cases"]
+    medians = [r["median_ns"] for r in coverage[0]["repeats"]]
+    assert medians == pytest.approx([1000.0 * 1.1**i for i in range(4)])
+    assert coverage[1]["repeats"][1] is None
+    checks = report["data"]["correctness"]
     assert checks["planned"] == 3 and checks["cases"][0]["verdict"] == "pass"
+
+
+def test_the_a_a_processes_draw_their_own_inputs_and_launch_the_configs_the_first_chose(
+    tmp_path,
+):
+    backend = ScriptedBackend()
+    _run(backend, tmp_path)
+    first, *later = backend.processes
+    assert [p.seed for p in backend.processes] == [1, 2, 3, 4]
+    assert first.options.pins == {}
+    chosen = measurement().config
+    for process in later:
+        assert process.options.pin_source == "checked"
+        assert process.options.pins["rms_norm"] == {"rows=1 hidden=8 / fp16": chosen,
+                                                    f"{CASE.label()} / fp16": chosen}  # fmt: skip
+    assert all(p.cases_per_kernel == SelfcheckPlan().aa_cases_per_kernel for p in later)
+    # The bf16 check launches the pinned configs: no autotuning at smoke shapes.
+    assert backend.checked.autotune is False
+
+
+def test_the_first_a_a_process_gets_two_shares_of_the_stage_and_each_later_one_one(tmp_path):
+    backend = ScriptedBackend(took={"aa": 0.0})
+    _run(backend, tmp_path, deadline_s=SHARES)
+    shares = dict(STAGES)
+    begin = START + 2.0  # measurements and correctness took a second each
+    window = START + SHARES - shares["ncu"] - begin
+    stops = [p.stop_at for p in backend.processes]
+    assert stops[0] == pytest.approx(begin + window * 2 / 5)
+    assert stops[-1] == pytest.approx(START + SHARES - shares["ncu"])
+
+
+def test_an_odd_number_of_a_a_processes_is_refused():
+    with pytest.raises(ValueError, match="even number"):
+        SelfcheckPlan(aa_processes=3)
 
 
 def test_a_second_run_on_the_same_day_gets_its_own_folder_and_a_nameless_device_a_generic_one(
@@ -234,3 +295,25 @@ def test_ncu_durations_in_every_unit_and_rows_without_a_number_are_left_out():
     text = "\n".join(["==PROF== Disconnected from process 1", header, *rows])
     assert parse_ncu_durations(text) == pytest.approx([1_500_000.0, 1_250.0, 2_000.0])
     assert parse_ncu_durations("") == []
+
+
+BUDGET = Path(__file__).resolve().parent.parent / "docs" / "results" / "selfcheck_budget.json"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu-selfcheck.sh"
+
+
+def test_every_stage_fits_its_share_and_the_whole_fits_eight_minutes_by_the_budget_table():
+    """The shares are set from docs/TIMING.md's budget table (scripts/selfcheck_budget.py):
+    each stage's estimate inside its share at the default deadline, the deadline inside the
+    script's hard limit, and the limit inside 8 minutes, so a rerun fits a 15-minute lease."""
+    budget = json.loads(BUDGET.read_text())
+    plan = SelfcheckPlan()
+    limit = int(re.search(r"^limit=(\d+)$", SCRIPT.read_text(), re.MULTILINE)[1])
+    assert budget["deadline_s"] == plan.deadline_s and budget["script_limit_s"] == limit
+    assert limit <= 8 * 60 and plan.deadline_s <= limit - 20
+    shares = dict(STAGES)
+    scale = plan.deadline_s / SHARES
+    assert [row["stage"] for row in budget["stages"]] == list(shares)
+    for row in budget["stages"]:
+        assert row["share_s"] == pytest.approx(shares[row["stage"]] * scale, abs=0.1)
+        assert row["total_s"] <= row["share_s"], row
+    assert budget["total_s"] <= plan.deadline_s

@@ -1,10 +1,12 @@
-"""NVML telemetry through a fake NVML module: readings, throttling judged by the SM clock,
-reasons kept as information, and never a crash."""
+"""NVML telemetry through a fake NVML module: readings, throttling judged by the SM clock, the
+slowdowns (seen or counted) and other processes on the GPU, the other reasons kept as
+information, and never a crash."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import sys
 
 import pytest
@@ -20,6 +22,7 @@ from kernelwatch.harness.timing.sampling import Sample
 from kernelwatch.harness.timing.telemetry import (
     CLOCK_EVENT_REASONS,
     LOCKED_CLOCKS_REASON,
+    SLOWDOWN_COUNTERS,
     ClockPolicy,
     NullProbe,
     Reading,
@@ -55,11 +58,12 @@ def test_the_power_cap_bit_alone_does_not_drop_a_sample():
     assert slow.throttled and slow.sm_clock_mhz == 1200.0
 
 
-@pytest.mark.parametrize("bit", [0x8, 0x40, 0x80])  # hw-slowdown, hw-thermal, hw-power-brake
-def test_a_hardware_slowdown_over_the_sample_flags_it_whatever_the_clock(bit):
-    """The hardware's own slowdowns clamp the clock in bursts a clock read beside the sample
-    can miss: a sample they touched is throttled even at full clock. The software power cap
-    and sync boost stay information."""
+# hw-slowdown, sw-thermal, hw-thermal, hw-power-brake
+@pytest.mark.parametrize("bit", [0x8, 0x20, 0x40, 0x80])
+def test_a_slowdown_over_the_sample_flags_it_whatever_the_clock(bit):
+    """The slowdowns clamp the clock in bursts a clock read beside the sample can miss: a
+    sample they touched is throttled even at full clock. The software power cap and sync
+    boost stay information."""
     probe = open_probe("GPU-1", fake_nvml(reasons=lambda: bit | 0x4))
     sample = sampled(lambda: Timed(1000.0, sm_clock_mhz=1980.0), probe)()
     assert sample.throttled and sample.throttle_reasons == bit | 0x4
@@ -92,7 +96,7 @@ def test_probe_reads_by_uuid_and_summarises():
     assert probe.available and nvml.opened == ["GPU-8d1f-aa"]
     assert probe.max_sm_clock_mhz == 1980.0
     samples = [sampled(lambda: Timed(1000.0), probe)() for _ in range(3)]
-    assert samples[0] == Sample(1000.0, 1980.0, 3201.0, 0x1, False)
+    assert samples[0] == Sample(1000.0, 1980.0, 3201.0, 0x1, False, other_processes=0)
     state = probe.state()
     assert state == State(41.0, 350.5, 0)  # this process is the only one
     telemetry = summarize_telemetry(True, samples, [state, State(44.0, 300.0, 0)])
@@ -218,3 +222,75 @@ def test_the_reason_bits_are_nvmls():
 def test_a_clock_at_exactly_three_quarters_of_the_maximum_is_not_throttled():
     assert not is_throttled(1485.0, 1980.0)  # nvbench flags below the threshold, not at it
     assert NullProbe().available is False
+
+
+def test_a_slowdown_counted_between_the_readings_flags_the_sample():
+    """A 40 us power brake inside the sample, over before NVML's reading after it: the
+    instantaneous reasons read 0 on both sides, but the power brake's slowdown-time counter
+    moved, so the sample is throttled and its reasons name the brake."""
+    counters = {269: 5_000, 270: 0, 271: 1_000_000}
+
+    def take() -> Timed:
+        counters[271] += 40_000
+        return Timed(1000.0, sm_clock_mhz=1980.0)
+
+    probe = open_probe("GPU-1", fake_nvml(counters=lambda: dict(counters)))
+    sample = sampled(take, probe)()
+    assert sample.throttled and sample.throttle_reasons == 0x80
+    still = sampled(lambda: Timed(1000.0, sm_clock_mhz=1980.0), probe)()
+    assert not still.throttled and still.throttle_reasons == 0
+
+
+def test_a_driver_without_the_slowdown_counters_is_asked_once():
+    calls = []
+
+    def unsupported(handle, ids):
+        calls.append(ids)
+        return fake_nvml().nvmlDeviceGetFieldValues(handle, ids)
+
+    probe = open_probe("GPU-1", fake_nvml(nvmlDeviceGetFieldValues=unsupported))
+    assert probe.read().slowdown_ns is None
+    assert probe.read().slowdown_ns is None
+    assert len(calls) == 1
+    assert not sampled(lambda: Timed(1000.0, 1980.0), probe)().throttled
+
+
+def test_the_slowdown_counters_are_nvmls_fields():
+    import pynvml
+
+    fields = {
+        name: getattr(pynvml, f"NVML_FI_DEV_CLOCKS_EVENT_REASON_{name}")
+        for name in ("SW_THERM_SLOWDOWN", "HW_THERM_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN")
+    }
+    counted = {
+        fields["SW_THERM_SLOWDOWN"]: pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+        fields["HW_THERM_SLOWDOWN"]: pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+        fields["HW_POWER_BRAKE_SLOWDOWN"]: pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+    }
+    assert counted == SLOWDOWN_COUNTERS
+    assert pynvml.NVML_SUCCESS == 0
+
+
+def test_the_reasons_read_while_the_gpu_runs_the_sample_count():
+    """What the timer read while the GPU was busy joins the readings before and after."""
+    probe = open_probe("GPU-1", fake_nvml(reasons=lambda: 0x0))
+    sample = sampled(lambda: Timed(1000.0, 1980.0, reasons=0x8 | 0x4), probe)()
+    assert sample.throttled and sample.throttle_reasons == 0x8 | 0x4
+    assert probe.read_reasons() == 0 and NullProbe().read_reasons() is None
+
+
+def test_another_compute_process_during_a_sample_flags_it():
+    """PID 4242 starts on the GPU while the sample runs: NVML lists it after the sample."""
+    ran = []
+
+    def take() -> Timed:
+        ran.append(True)
+        return Timed(1000.0, 1980.0)
+
+    nvml = fake_nvml(processes=lambda: [os.getpid(), 4242] if ran else [os.getpid()])
+    probe = open_probe("GPU-1", nvml)
+    sample = sampled(take, probe)()
+    assert sample.throttled and sample.other_processes == 1
+    assert not sampled(take, open_probe("GPU-1", fake_nvml()))().throttled
+    telemetry = summarize_telemetry(True, [sample], [State(41.0, 350.0, 0)] * 2)
+    assert telemetry.other_processes == 1

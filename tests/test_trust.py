@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,10 @@ def test_the_thresholds_are_the_figures_docs_timing_states():
     low, high = trust.TORCH_BENCH_BAND
     copy_low, copy_high = trust.SOL_OF_COPY
     documented = {
-        "A/A false regressions": [f"≤ {100 * trust.AA_MAX_NOT_SAME:g}%"],
+        "A/A false regressions": [
+            f"{100 * trust.AA_MAX_NOT_SAME:g}% rate",
+            f"under {100 * trust.AA_SIGNIFICANCE:g}%",
+        ],
         "CI coverage": [f"≥ {100 * trust.COVERAGE_MIN:g}%"],
         "agreement": [
             f"≥ {trust.TORCH_BENCH_MIN_NS / 1e3:g} µs",
@@ -79,13 +83,17 @@ def _aa(verdicts: list[str | None], planned: int | None = None, errors: int = 0)
 
 
 # Each question's (stage, status) at its rule's edges; judged together at the end.
-# A/A: at most 0.5% of timed cases other than SAME; errors fail; the deadline leaves it open.
+# A/A: at most the count a 0.5% rate reaches with p >= 5% (3 of 200, 1 of 30, 0 of 10);
+# errors fail; the deadline leaves it open.
 AA_EDGES = [
-    (_aa(["SAME"] * 199 + ["SLOWER"]), PASS),  # 0.5%: at the limit
-    (_aa(["SAME"] * 198 + ["FASTER"]), FAIL),  # just past it
-    (_aa(["SAME"] * 198 + ["AMBIGUOUS"]), FAIL),  # any verdict but SAME counts
-    (_aa(["SAME"] * 199 + ["SLOWER"], planned=300), INCOMPLETE),  # the deadline
-    (_aa(["SAME"] * 198 + ["SLOWER"], planned=300), FAIL),  # failed before the deadline
+    (_aa(["SAME"] * 197 + ["SLOWER"] * 3), PASS),  # 3 of 200: at the limit
+    (_aa(["SAME"] * 196 + ["FASTER"] * 4), FAIL),  # just past it
+    (_aa(["SAME"] * 196 + ["SLOWER"] * 3 + ["AMBIGUOUS"]), FAIL),  # any but SAME counts
+    (_aa(["SAME"] * 29 + ["AMBIGUOUS"]), PASS),  # 1 of 30: what the rate gives 14% of runs
+    (_aa(["SAME"] * 28 + ["AMBIGUOUS"] * 2), FAIL),
+    (_aa(["SAME"] * 9 + ["SLOWER"]), FAIL),  # 1 of 10: p = 4.9%
+    (_aa(["SAME"] * 197 + ["SLOWER"] * 3, planned=300), INCOMPLETE),  # the deadline
+    (_aa(["SAME"] * 196 + ["SLOWER"] * 4, planned=300), FAIL),  # failed before the deadline
     (_aa(["SAME"] * 10, errors=1), FAIL),  # an errored case fails all by itself
     (_aa([None, None], planned=2), INCOMPLETE),  # nothing timed (unsupported)
     (_aa([], planned=5), INCOMPLETE),
@@ -111,8 +119,8 @@ def test_an_a_a_pair_with_too_few_samples_is_an_incomplete_line_not_a_crash():
 def test_the_a_a_line_quotes_its_counts_and_target_and_each_odd_case():
     finding = _finding("aa", _aa(["SAME"] * 196 + ["SLOWER", "FASTER", "AMBIGUOUS"], planned=250))
     assert finding.line == (
-        "3/199 (1.5%) verdicts other than SAME (2 SLOWER/FASTER) over 199 of 250 cases; "
-        "target <= 0.5%"
+        "3 of 199 pairs other than SAME (2 SLOWER/FASTER), 199 of 250 planned; "
+        "pass <= 3 of 199 (a 0.5% rate, p >= 0.05) (the deadline stopped the rest)"
     )
     assert finding.details == (
         "k n=196: SLOWER (B/A 1.0123, 95% CI 1.0050-1.0200)",
@@ -121,11 +129,25 @@ def test_the_a_a_line_quotes_its_counts_and_target_and_each_odd_case():
     )
     errored = _finding("aa", _aa(["SAME", "SAME"], errors=1))
     assert errored.line == (
-        "0/2 (0.0%) verdicts other than SAME (0 SLOWER/FASTER) over 2 of 3 cases; "
-        "target <= 0.5%; 1 cases errored"
+        "0 of 2 pairs other than SAME (0 SLOWER/FASTER), 2 of 3 planned; "
+        "pass <= 0 of 2 (a 0.5% rate, p >= 0.05); 1 cases errored"
     )
     assert errored.details == ("k n=2: error: child died",)
-    assert _finding("aa", _aa([], planned=3)).line.startswith("0/0 verdicts other than SAME")
+    assert _finding("aa", _aa([], planned=3)).line.startswith("0 of 0 pairs other than SAME")
+    processes = _finding("aa", {**_aa(["SAME"] * 4), "processes": 4})
+    assert "(0 SLOWER/FASTER) from 4 processes," in processes.line
+
+
+@pytest.mark.parametrize(("timed", "allowed"), [(0, 0), (10, 0), (11, 1), (30, 1), (100, 2),
+                                                 (200, 3), (500, 5)])  # fmt: skip
+def test_the_a_a_count_is_the_largest_a_half_percent_rate_reaches_one_run_in_twenty(timed, allowed):
+    assert trust.aa_allowed(timed) == allowed
+
+    def at_least(k: int) -> float:
+        below = sum(math.comb(timed, i) * 0.005**i * 0.995 ** (timed - i) for i in range(k))
+        return 1 - below
+
+    assert at_least(allowed) >= 0.05 and at_least(allowed + 1) < 0.05
 
 
 # -- CI coverage ---------------------------------------------------------------------------

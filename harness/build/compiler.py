@@ -138,17 +138,36 @@ def _line_free_hash(fn: Any) -> str:
     Triton's own key includes each function's first line, so an edit above a kernel (in the
     same file) would rebuild it; the code is the same (only its debug line table moves), so
     the cache should not see a change.
-    """
-    from triton.runtime.jit import _triton_jit_function_registry as registry
 
-    saved = [(f, f.starting_line_number, f.hash) for f in registry.values()]
+    Triton's ``cache_key`` property is run with each function it reaches (the kernel, then
+    every ``@triton.jit`` and ``@triton.constexpr_function`` callee, as Triton's own
+    dependency walk finds them) seen at line 0, and every function's line and memoised hash
+    put back afterwards. This needs no list of all JIT functions: Triton 3.9 keeps one
+    (``_triton_jit_function_registry``, without the constexpr functions), Triton 3.6 none.
+    """
+    owner = next(c for c in type(fn).__mro__ if "cache_key" in vars(c))
+    triton_key = vars(owner)["cache_key"]
+    # A function that (transitively) calls itself reaches its own key again while it is
+    # being computed: Triton answers that with a placeholder it set, which must be kept.
+    computing: set[int] = set()
+
+    def line_free(self: Any) -> str:
+        if id(self) in computing:
+            return triton_key.fget(self)
+        saved = self.starting_line_number, self.hash
+        computing.add(id(self))
+        self.starting_line_number, self.hash = 0, None
+        try:
+            return triton_key.fget(self)
+        finally:
+            computing.discard(id(self))
+            self.starting_line_number, self.hash = saved
+
+    owner.cache_key = property(line_free)
     try:
-        for f, _, _ in saved:
-            f.starting_line_number, f.hash = 0, None
         return fn.cache_key
     finally:
-        for f, line, digest in saved:
-            f.starting_line_number, f.hash = line, digest
+        owner.cache_key = triton_key
 
 
 def _compile(job: Job) -> _Artifact:

@@ -132,6 +132,9 @@ def _throttling(throttled: list[Sample]) -> str:
     parts = [f"SM clock down to {min(clocks):.0f} MHz"] if clocks else []
     if reasons:
         parts.append(f"reasons {describe_reasons(reasons)}")
+    shared = max((s.other_processes or 0 for s in throttled), default=0)
+    if shared:
+        parts.append(f"{shared} other process(es) on the GPU")
     return "; ".join(parts) or "clock below the threshold"
 
 

@@ -122,11 +122,10 @@ class ResolvedOptions:
 @dataclass(frozen=True)
 class SelfcheckOptions:
     """What the self-check measures on the device. ``kernels`` empty: all.
-    ``workload``/``dtype``: where agreement, coverage and granularity take their cases;
-    ``sol_kernel``/``sol_case``: the large memory-bound case; ``coverage_kernels``: whose
-    middle case is repeated ``repeats`` times; ``bench``: how each measurement samples (its
-    budgets left None take the device's defaults); ``steps``: only these measurements
-    (empty: all; ``device`` always comes first)."""
+    ``workload``/``dtype``: where agreement and granularity take their cases (and the A/A
+    stage); ``sol_kernel``/``sol_case``: the large memory-bound case; ``bench``: how each
+    measurement samples (its budgets left None take the device's defaults); ``steps``: only
+    these measurements (empty: all; ``device`` always comes first)."""
 
     kernels: tuple[str, ...] = ()
     workload: str = "llm"
@@ -136,8 +135,6 @@ class SelfcheckOptions:
     sol_case: Mapping[str, Any] = field(
         default_factory=lambda: {"tokens": 16384, "intermediate": 28672}
     )
-    coverage_kernels: tuple[str, ...] = ("rms_norm", "softmax", "gemm")
-    repeats: int = 8
     steps: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +144,6 @@ class SelfcheckOptions:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SelfcheckOptions:
         values = dict(data)
-        for name in ("kernels", "coverage_kernels", "steps"):
+        for name in ("kernels", "steps"):
             values[name] = tuple(values[name])
         return cls(**{**values, "bench": BenchOptions.from_json(data["bench"])})

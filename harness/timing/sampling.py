@@ -44,10 +44,12 @@ CONVERGED, RESOLUTION, BUDGET, TIMEOUT = "converged", "resolution", "budget", "t
 class Sample:
     """One timed launch (or one launch's share of a batch) and the device state around it.
 
-    ``sm_clock_mhz`` is the SM clock over the sample; ``throttled`` marks a sample taken while
-    that clock was well below the device's maximum (``telemetry.is_throttled``): kept in the
-    record, left out of the statistic. ``throttle_reasons`` are the clock-event reasons NVML
-    reported around the sample, kept as information.
+    ``sm_clock_mhz`` is the SM clock over the sample; ``throttled`` marks a sample the device
+    disturbed (``telemetry.sampled``): a clock well below the device's maximum on either side
+    of it, a slowdown seen or counted over it, or another process on the GPU. It is kept in
+    the record, left out of the statistic. ``throttle_reasons`` are the clock-event reasons
+    NVML reported or counted over the sample; ``other_processes`` the most compute processes
+    besides this one seen on the GPU around it (None: unknown).
     """
 
     ns: float
@@ -55,6 +57,7 @@ class Sample:
     mem_clock_mhz: float | None = None
     throttle_reasons: int | None = None
     throttled: bool = False
+    other_processes: int | None = None
 
 
 @dataclass(frozen=True)

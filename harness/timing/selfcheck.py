@@ -9,12 +9,18 @@ crash later keeps it:
   what the statistic made of them.
 - ``ceilings``: the measured copy and bf16 GEMM roofs next to the datasheet's.
 - ``sol``: a large memory-bound case's bandwidth against both.
+- ``flush``: an L2-sized memory-bound case timed with L2 flushed by reading (ours) and by
+  writing (nvbench's and do_bench's): both medians and their relative difference.
 - ``agreement``: one case per kernel under every tool: ours (events, cold L2), ours in a CUDA
   graph (warm), ``triton.testing.do_bench`` (median; it zeroes a 256 MiB buffer before every
   launch, so L2 is cold and the host is usually ahead) and ``torch.utils.benchmark`` (host
   clock around back-to-back launches, warm L2). A tool that fails leaves the others' numbers.
-- ``coverage``: independent repeats of a few cases, each with its own median and 95% CI.
 - ``clocks``: every sample this process took: how many were throttled and why, the SM clock.
+  Emitted again after every other measurement, so a deadline kill keeps the clocks so far.
+
+CI coverage is not measured here: one process repeating a case cannot see process-to-process
+noise, so its repeats come from the A/A stage's independent children
+(``harness/selfcheck_stages.py``). Agreement's rows are emitted one by one as they finish.
 
 The tools are passed in (:class:`Tools`): the device's real ones here, a simulated GPU's in
 the tests, which run this module end to end on the CPU.
@@ -50,11 +56,17 @@ from kernelwatch.harness.timing.telemetry import (
     Probe,
 )
 from kernelwatch.harness.timing.timers import (
+    COLD,
     CPU_TIMER,
     EVENTS_TIMER,
+    FLUSHES,
     GRAPH_TIMER,
+    READ_FLUSH,
+    WRITE_FLUSH,
+    CudaTimer,
     Timer,
     make_timer,
+    time_flushes,
 )
 
 #: Samples taken for the granularity question: enough to see every value events take.
@@ -227,8 +239,47 @@ class _Measurer:
             "datasheet_gbps": sheet.memory_gbps if sheet else None,
         }
 
-    def agreement(self) -> dict[str, Any]:
-        return {"rows": [self._agreement_row(spec) for spec in self.specs]}
+    def flush(self) -> dict[str, Any]:
+        """One memory-bound case timed cold with L2 flushed by reading and by writing,
+        interleaved: what the dirty lines a write flush leaves cost the kernel. The case is
+        the %SOL kernel's (else the first kernel's) smallest that moves at least the L2's
+        size, whose misses then evict every dirty line (else its largest; its smallest
+        where the L2's size is unknown)."""
+        timer = self.session.timer
+        if not isinstance(timer, CudaTimer) or timer.method.l2 != COLD:
+            return {"skipped": "flushing L2 needs the CUDA events timer with cold L2"}
+        options, l2 = self.options, self.device.info.l2_bytes or 0
+        spec = next((s for s in self.specs if s.name == options.sol_kernel), self.specs[0])
+        element = ELEMENT_BYTES[options.dtype]
+        by_size = sorted(spec.workloads[options.workload], key=lambda p: spec.min_bytes(p, element))
+        params = next((p for p in by_size if spec.min_bytes(p, element) >= l2), by_size[-1])
+        fn = self.launch(spec, params)
+        tools, resolved = self.tools, self.session.resolved
+        tools.sleep(resolved.cool_down_s)
+        collected, _ = time_flushes(
+            fn, timer, tools.probe, resolved.rule, resolved.warmup_s, tools.clock, tools.sleep
+        )
+        medians: dict[str, float | None] = {}
+        for arm, flush in enumerate(FLUSHES):
+            self.samples.extend(collected.arms[arm])
+            medians[flush] = _median(summarize_collected(collected, arm))
+        read, written = medians[READ_FLUSH], medians[WRITE_FLUSH]
+        if read is None or written is None:
+            return {"error": "every sample of one flush was throttled; let the GPU cool down"}
+        return {
+            "kernel": spec.name,
+            "case": self.case(spec, params).label(),
+            "read_flush_ns": read,
+            "write_flush_ns": written,
+            "difference": (written - read) / read,
+        }
+
+    def agreement(self, emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        rows: list[dict[str, Any]] = []
+        for spec in self.specs:
+            rows.append(self._agreement_row(spec))
+            emit({"rows": rows, "partial": True})
+        return {"rows": rows}
 
     def _agreement_row(self, spec: KernelSpec) -> dict[str, Any]:
         """Every tool on one case; a tool that fails is an error of the row, and the numbers
@@ -258,17 +309,6 @@ class _Measurer:
                 row[name] = None
                 errors.append(f"{name}: {_line(exc)}")
         return {**row, "errors": errors}
-
-    def coverage(self) -> dict[str, Any]:
-        chosen = [s for s in self.specs if s.name in self.options.coverage_kernels]
-        cases = []
-        for spec in chosen or self.specs[:1]:
-            params = self.middle(spec)
-            fn = self.launch(spec, params)
-            repeats = [_summary(self.ours(fn)) for _ in range(self.options.repeats)]
-            cases.append({"kernel": spec.name, "case": self.case(spec, params).label(),
-                          "repeats": repeats})  # fmt: skip
-        return {"cases": cases}
 
     def clocks(self) -> dict[str, Any]:
         samples = self.samples
@@ -317,9 +357,8 @@ def run_measurements(
         ("granularity", measurer.granularity),
         ("ceilings", measurer.ceilings),
         ("sol", measurer.sol),
-        ("agreement", measurer.agreement),
-        ("coverage", measurer.coverage),
-        ("clocks", measurer.clocks),
+        ("flush", measurer.flush),
+        ("agreement", lambda: measurer.agreement(lambda rows: emit("agreement", rows))),
     )
     for name, step in steps:
         if options.steps and name not in options.steps:
@@ -330,6 +369,8 @@ def run_measurements(
         except Exception as exc:  # one question's failure is its answer, not the run's
             data = {"error": _line(exc)}
         emit(name, data)
+        if not options.steps or "clocks" in options.steps:
+            emit("clocks", measurer.clocks())
 
 
 def _summary(summary: Summary | None) -> dict[str, Any] | None:

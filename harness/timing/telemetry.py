@@ -1,24 +1,31 @@
 """What the GPU reports while it is being timed, through NVML (nvidia-ml-py, ``pynvml``).
 
-A :class:`Probe` reads clocks and clock-event reasons around every sample and the device's
-state (temperature, power, other processes) around a measurement. :func:`open_probe`
-returns an NVML-backed probe, or a :class:`NullProbe` whose readings are all unknown (None)
-when NVML is missing, cannot start, or cannot find the device: telemetry never crashes a
-run. The NVML module is passed in, so tests drive the real code path with a fake one.
+A :class:`Probe` reads clocks, clock-event reasons, the slowdown counters and the other
+processes on the GPU around every sample (and the reasons once more while the GPU runs it),
+and the device's state (temperature, power, other processes) around a measurement.
+:func:`open_probe` returns an NVML-backed probe, or a :class:`NullProbe` whose readings are
+all unknown (None) when NVML is missing, cannot start, or cannot find the device: telemetry
+never crashes a run. The NVML module is passed in, so tests drive the real code path with a
+fake one.
 
-Throttling is decided as nvbench decides it: from the SM clock over the sample against the
-device's maximum SM clock, flagged below :data:`THROTTLE_CLOCK_RATIO` of it, and by the
-hardware's own slowdowns (:data:`HARDWARE_SLOWDOWN_REASONS`: slowdown, thermal, power brake),
-which clamp the clock in bursts a reading beside the sample can miss. The other clock-event
-reason bits are recorded as information only: H100s and H200s sit at their software power cap
-(0x4) through most compute-bound work at nearly full clock, and keeping only the samples
-taken without it would keep those taken after a pause, cooler than the kernel runs.
+A sample is flagged ``throttled`` (kept in the record, left out of the statistic) as nvbench
+decides it, from the SM clock: the lower of the clocks the timer measured before and after
+the sample, flagged below :data:`THROTTLE_CLOCK_RATIO` of the device's maximum; and, beyond
+nvbench, by the slowdowns (:data:`SLOWDOWN_REASONS`: hardware slowdown, SW and HW thermal
+slowdown, power brake) seen before, during or after the sample, or counted by NVML's
+slowdown-time counters (:data:`SLOWDOWN_COUNTERS`) between before and after: they clamp the
+clock in bursts a reading beside the sample can miss. Another compute process on the GPU
+during the sample flags it too: its work shares the SMs and memory with the kernel. The
+other reason bits are recorded as information only: H100s and H200s sit at their software
+power cap (0x4) through most compute-bound work at nearly full clock, and keeping only the
+samples taken without it would keep those taken after a pause, cooler than the kernel runs;
+a power cap that really lowers the clock is caught by the clock.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,8 +54,14 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x100: "display-clocks",
 }
 LOCKED_CLOCKS_REASON = 0x2
-#: hw-slowdown, hw-thermal-slowdown, hw-power-brake: a sample they touched is throttled.
-HARDWARE_SLOWDOWN_REASONS = 0x8 | 0x40 | 0x80
+#: hw-slowdown, sw-thermal-slowdown, hw-thermal-slowdown, hw-power-brake: a sample they
+#: touched is throttled.
+SLOWDOWN_REASONS = 0x8 | 0x20 | 0x40 | 0x80
+#: NVML's slowdown-time counters (``nvmlDeviceGetFieldValues``; nanoseconds the clock was held
+#: down, since boot), by field id, and the reason bit each counts: pynvml's
+#: ``NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN``, ``..._HW_THERM_SLOWDOWN`` and
+#: ``..._HW_POWER_BRAKE_SLOWDOWN``. HW slowdown (0x8) has none; its causes are these two.
+SLOWDOWN_COUNTERS: dict[int, int] = {269: 0x20, 270: 0x40, 271: 0x80}
 
 
 def is_throttled(sm_clock_mhz: float | None, max_sm_clock_mhz: float | None) -> bool:
@@ -66,11 +79,15 @@ def describe_reasons(reasons: int) -> str:
 
 @dataclass(frozen=True)
 class Reading:
-    """Per-sample device readings; None where unknown."""
+    """Per-sample device readings; None where unknown. ``slowdown_ns``: each counted reason
+    bit's slowdown-time counter (:data:`SLOWDOWN_COUNTERS`); ``other_processes``: compute
+    processes on the GPU besides this one."""
 
     sm_clock_mhz: float | None = None
     mem_clock_mhz: float | None = None
     throttle_reasons: int | None = None
+    slowdown_ns: Mapping[int, int] | None = None
+    other_processes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,12 +114,15 @@ class ClockPolicy:
 
 class Probe(Protocol):
     """Reads the device. ``available`` is False when every reading will be unknown;
-    ``max_sm_clock_mhz`` is the reference throttling is judged against (None: unknown)."""
+    ``max_sm_clock_mhz`` is the reference throttling is judged against (None: unknown).
+    ``read_reasons`` is the one light query a timer makes while the GPU runs a sample."""
 
     available: bool
     max_sm_clock_mhz: float | None
 
     def read(self) -> Reading: ...
+
+    def read_reasons(self) -> int | None: ...
 
     def state(self) -> State: ...
 
@@ -117,6 +137,9 @@ class NullProbe:
 
     def read(self) -> Reading:
         return Reading()
+
+    def read_reasons(self) -> int | None:
+        return None
 
     def state(self) -> State:
         return State()
@@ -141,6 +164,7 @@ class NvmlProbe:
         self._nvml = nvml
         self._handle = handle
         self._errors = nvml_errors(nvml)
+        self._field_values = getattr(nvml, "nvmlDeviceGetFieldValues", None)
         # The call was renamed in NVML 12.x (clocks "throttle" -> "event" reasons); pynvml
         # has both names, and a driver may lack the new symbol (FunctionNotFound).
         self._reasons = [
@@ -175,13 +199,36 @@ class NvmlProbe:
                 self._reasons.pop(0)  # this driver lacks the symbol: use the older name
         return None
 
+    def _slowdown_ns(self) -> dict[int, int] | None:
+        """The slowdown-time counters this driver has, by reason bit (None: none)."""
+        values = self._call(self._field_values, list(SLOWDOWN_COUNTERS))
+        success = getattr(self._nvml, "NVML_SUCCESS", 0)
+        counted = {
+            SLOWDOWN_COUNTERS[v.fieldId]: int(v.value.ullVal)
+            for v in values or ()
+            if v.nvmlReturn == success and v.fieldId in SLOWDOWN_COUNTERS
+        }
+        if not counted:
+            self._field_values = None  # a driver without the fields: do not ask every sample
+            return None
+        return counted
+
     def read(self) -> Reading:
         nvml = self._nvml
         return Reading(
             _float(self._call(nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM)),
             _float(self._call(nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM)),
             self._clock_event_reasons(),
+            self._slowdown_ns(),
+            self._other_processes(),
         )
+
+    def read_reasons(self) -> int | None:
+        return self._clock_event_reasons()
+
+    def _other_processes(self) -> int | None:
+        processes = self._call(self._nvml.nvmlDeviceGetComputeRunningProcesses)
+        return _others(processes)
 
     def policy(self) -> ClockPolicy:
         nvml = self._nvml
@@ -204,11 +251,10 @@ class NvmlProbe:
         nvml = self._nvml
         temperature = self._call(nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU)
         power_mw = self._call(nvml.nvmlDeviceGetPowerUsage)
-        processes = self._call(nvml.nvmlDeviceGetComputeRunningProcesses)
         return State(
             None if temperature is None else float(temperature),
             None if power_mw is None else power_mw / 1000.0,
-            _others(processes),
+            self._other_processes(),
         )
 
 
@@ -262,28 +308,43 @@ def nvml_uuids(uuid: str) -> list[str]:
 def sampled(take: Callable[[], Timed], probe: Probe) -> Callable[[], Sample]:
     """Wrap a timer's ``take`` so each sample carries the device's readings over it: the SM
     clock the timer measured (else the lower of NVML's readings before and after), the memory
-    clock after, the clock-event reasons seen before or after, and whether the sample was
-    throttled: that SM clock against the device's maximum, or a hardware slowdown seen."""
+    clock after, the clock-event reasons seen before, during or after it or counted by a
+    slowdown counter between, the most other processes seen, and whether the sample was
+    throttled: its lowest clock against the device's maximum, a slowdown, or another
+    process on the GPU."""
 
     def sample() -> Sample:
         before = probe.read()
         timed = take()
         after = probe.read()
-        clock = timed.sm_clock_mhz
+        clock, low = timed.sm_clock_mhz, timed.low_sm_clock_mhz
         if clock is None:
             clock = min(_known([before.sm_clock_mhz, after.sm_clock_mhz]), default=None)
-        known = _known([before.throttle_reasons, after.throttle_reasons])
+        known = _known([before.throttle_reasons, timed.reasons, after.throttle_reasons])
+        counted = _counted(before.slowdown_ns, after.slowdown_ns)
+        if counted is not None:
+            known.append(counted)
         reasons = reduce(int.__or__, known) if known else None
+        others = max(_known([before.other_processes, after.other_processes]), default=None)
         return Sample(
             timed.ns,
             clock,
             after.mem_clock_mhz,
             reasons,
-            is_throttled(clock, probe.max_sm_clock_mhz)
-            or bool((reasons or 0) & HARDWARE_SLOWDOWN_REASONS),
+            is_throttled(clock if low is None else low, probe.max_sm_clock_mhz)
+            or bool((reasons or 0) & SLOWDOWN_REASONS)
+            or bool(others),
+            others,
         )
 
     return sample
+
+
+def _counted(before: Mapping[int, int] | None, after: Mapping[int, int] | None) -> int | None:
+    """The reason bits whose slowdown counter moved between two readings (None: unknown)."""
+    if before is None or after is None:
+        return None
+    return reduce(int.__or__, (bit for bit, ns in after.items() if ns > before.get(bit, ns)), 0)
 
 
 def _known(values: Sequence[Any]) -> list[Any]:
@@ -294,7 +355,8 @@ def summarize_telemetry(
     available: bool, samples: Sequence[Sample], states: Sequence[State]
 ) -> Telemetry:
     """Median clocks over the samples, the hottest and most power-hungry state seen, every
-    clock-event reason seen, and the most other processes seen; unknown stays None."""
+    clock-event reason seen, and the most other processes seen around the measurement or
+    any of its samples; unknown stays None."""
     if not available:
         return Telemetry(available=False)
 
@@ -303,7 +365,7 @@ def summarize_telemetry(
     reasons = _known([s.throttle_reasons for s in samples])
     temperatures = _known([s.temperature_c for s in states])
     power = _known([s.power_w for s in states])
-    others = _known([s.other_processes for s in states])
+    others = _known([s.other_processes for s in [*states, *samples]])
     return Telemetry(
         available=True,
         sm_clock_mhz=statistics.median(sm) if sm else None,

@@ -1,8 +1,8 @@
 """Timers: turn a launch callable into a sampler that returns nanoseconds per launch.
 
-Two backends behind one interface (:class:`Timer`): ``bind(fn)`` returns a :class:`Sampler`
-whose ``take()`` times one sample, and ``method`` says how it measures (part of a series'
-identity).
+Two backends behind one interface (:class:`Timer`): ``bind(fn, probe)`` returns a
+:class:`Sampler` whose ``take()`` times one sample, and ``method`` says how it measures
+(part of a series' identity).
 
 - :class:`CpuTimer` (``cpu-perf-counter``): ``perf_counter_ns`` around a synchronous call;
   what CI runs, through exactly the sampling code the GPU uses.
@@ -11,19 +11,25 @@ identity).
   process holds is not in it, so a planted slowdown reads the same on a loaded machine; nor
   is any time the call spends blocked, so it suits CPU-bound work (the interpreter) only.
 - :class:`CudaTimer` (``cuda-events``, ``cuda-graph``), nvbench's cold-sample scheme: on a
-  dedicated stream, (1) flush L2 by zeroing a buffer twice its size, outside the timed region;
-  (2) enqueue a ``torch.cuda._sleep`` spin long enough that the host has queued the start
-  event, the launch and the stop event before the GPU reaches them, so host launch latency
-  is never timed; (3) time between the events. The spin is a number of SM cycles, converted
-  from nanoseconds with the device's maximum SM clock, so it is never shorter than asked
-  whatever the clock does; timed between two events, it also measures the SM clock the GPU
-  ran at just before the sample (nvbench measures clock64 against globaltimer the same way;
-  a short lead spin keeps the first event from waiting on the host). Its length follows the
-  host enqueue times of recent samples (:class:`Backlog`); a sample whose enqueue outran its
-  spin is taken again. In graph mode the launches are captured into a CUDA graph of enough
-  back-to-back launches to dwarf the events' ~0.5 us resolution, sized from a timed replay,
-  and one replay is timed and divided by the launch count; those launches share L2, so
-  graph mode is always ``warm``.
+  dedicated stream, (1) flush L2 by reading a buffer twice its size (a sum into one value),
+  outside the timed region: the lines it leaves are clean, where zeroing the buffer (the
+  write flush, kept as :data:`WRITE_FLUSH` for the self-check to compare) left them dirty,
+  and the timed kernel paid their write-back; (2) enqueue a ``torch.cuda._sleep`` spin long
+  enough that the host has queued the start event, the launch, the stop event and a short
+  trailing spin before the GPU reaches them, so host launch latency is never timed; (3) time
+  between the events. The spin is a number of SM cycles, converted from nanoseconds with the
+  device's maximum SM clock, so it is never shorter than asked whatever the clock does;
+  timed between two events, it also measures the SM clock the GPU ran at just before the
+  sample, and the trailing spin, timed between the stop event and one more, the clock just
+  after it (nvbench measures clock64 against globaltimer the same way; a short lead spin
+  keeps the first event from waiting on the host). A clock drop inside the kernel shows in
+  the second. The spin's length follows the host enqueue times of recent samples
+  (:class:`Backlog`); a sample whose enqueue outran its spin is taken again. While the GPU
+  runs the sample the host reads the clock-event reasons once (``Probe.read_reasons``),
+  the one reading taken while the GPU is busy. In graph mode the launches are captured into
+  a CUDA graph of enough back-to-back launches to dwarf the events' ~0.5 us resolution,
+  sized from a timed replay, and one replay is timed and divided by the launch count; those
+  launches share L2, so graph mode is always ``warm``.
 
 The CUDA backend is a thin layer over pure decisions (flush size, spin length, graph size)
 tested on the CPU, and runs end to end against a simulated GPU in the tests
@@ -36,7 +42,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from kernelwatch.harness.records import Method
@@ -44,11 +50,18 @@ from kernelwatch.harness.timing.sampling import Collected, StopRule, collect, wa
 from kernelwatch.harness.timing.telemetry import Probe, State, sampled
 
 #: Bumped whenever a change could move measured times: a new version starts new series.
-HARNESS_VERSION = 2
+#: 3: L2 flushed by reading (clean lines), samples flagged by the clock after the kernel, by
+#: SW thermal slowdown, slowdown counters and other processes on the GPU.
+HARNESS_VERSION = 3
 
 CPU_TIMER, EVENTS_TIMER, GRAPH_TIMER = "cpu-perf-counter", "cuda-events", "cuda-graph"
 CPU_TIME_TIMER = "cpu-process-time"
 COLD, WARM = "cold", "warm"
+#: How a cold sample flushes L2: by reading a buffer twice its size (the default), or by
+#: zeroing it (nvbench's and do_bench's way, which leaves dirty lines; the self-check's
+#: ``flush`` step times both).
+READ_FLUSH, WRITE_FLUSH = "read", "write"
+FLUSHES = (READ_FLUSH, WRITE_FLUSH)
 
 #: Flush size when the device does not report its L2: covers twice B200's ~126 MB.
 DEFAULT_FLUSH_BYTES = 256 << 20
@@ -63,6 +76,10 @@ EXPOSED_RETRIES = 2
 #: A short spin before the timed spin's first event: it keeps the GPU busy while the host
 #: enqueues the timed spin, so that event marks the spin's start, not the host's lag.
 LEAD_SPIN_NS = 10_000.0
+#: The spin after the stop event, timed to read the SM clock just after the kernel: one
+#: event step (0.5 us) in 20 us is 2.5%, far inside the 25% margin a throttled clock falls
+#: under, for 20 us of GPU time per sample.
+TRAIL_SPIN_NS = 20_000.0
 #: The SM clock assumed when the device's maximum is unknown: above every NVIDIA GPU's
 #: boost clock, so the spin errs long.
 FALLBACK_MAX_SM_CLOCK_MHZ = 3000.0
@@ -76,11 +93,16 @@ GRAPH_PROBE_LAUNCHES = 8
 
 @dataclass(frozen=True)
 class Timed:
-    """One sample: nanoseconds per launch, and the SM clock the GPU measured just before it
-    (None where the timer cannot measure it)."""
+    """One sample: nanoseconds per launch; the SM clock over it, the mean of the clocks the
+    GPU measured just before and just after it (None where the timer cannot measure it);
+    the lower of those two (``low_sm_clock_mhz``, None: the same as ``sm_clock_mhz``), which
+    the throttle flag judges; and the clock-event reasons read while the GPU ran it (None:
+    not read)."""
 
     ns: float
     sm_clock_mhz: float | None = None
+    low_sm_clock_mhz: float | None = None
+    reasons: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,11 +116,12 @@ class Sampler:
 
 
 class Timer(Protocol):
-    """A timing backend: ``bind(fn)`` returns a :class:`Sampler` of ``fn``."""
+    """A timing backend: ``bind(fn, probe)`` returns a :class:`Sampler` of ``fn``; a timer
+    that times asynchronous work reads ``probe``'s clock-event reasons while it runs."""
 
     method: Method
 
-    def bind(self, fn: Callable[[], object]) -> Sampler: ...
+    def bind(self, fn: Callable[[], object], probe: Probe | None = None) -> Sampler: ...
 
 
 class CpuTimer:
@@ -107,7 +130,8 @@ class CpuTimer:
     method = Method(CPU_TIMER, WARM, HARNESS_VERSION)
     clock: Callable[[], int] = staticmethod(time.perf_counter_ns)
 
-    def bind(self, fn: Callable[[], object]) -> Sampler:
+    def bind(self, fn: Callable[[], object], probe: Probe | None = None) -> Sampler:
+        # Synchronous: the probe's readings before and after already bracket the call.
         clock = self.clock
 
         def take() -> Timed:
@@ -195,8 +219,9 @@ class CudaTimer:
     """CUDA events on a dedicated stream, L2 flushed (cold) or not (warm), launch latency
     hidden behind a GPU spin; optionally a CUDA graph of back-to-back launches.
     ``max_sm_clock_mhz`` is the device's maximum SM clock (NVML), None when unknown.
-    ``torch_module`` and ``host_ns`` are torch and the host's clock (a simulated GPU's in the
-    tests)."""
+    ``flush`` is how a cold sample flushes L2 (:data:`READ_FLUSH` or :data:`WRITE_FLUSH`);
+    ``bind`` may ask for the other one. ``torch_module`` and ``host_ns`` are torch and the
+    host's clock (a simulated GPU's in the tests)."""
 
     def __init__(
         self,
@@ -206,53 +231,95 @@ class CudaTimer:
         max_sm_clock_mhz: float | None,
         torch_module: Any = None,
         host_ns: Callable[[], int] = time.perf_counter_ns,
+        flush: str = READ_FLUSH,
     ) -> None:
         if torch_module is None:
             import torch as torch_module
 
+        _check_flush(flush)
         torch = self._torch = torch_module
         self._host_ns = host_ns
         self.method = Method(GRAPH_TIMER if graph else EVENTS_TIMER, l2, HARNESS_VERSION)
+        self.flush = flush
         self._graph = graph
         self._max_sm_clock_mhz = max_sm_clock_mhz
         self._stream = torch.cuda.Stream()
-        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-        self._flush = (
-            torch.empty(flush_bytes(l2_bytes), dtype=torch.uint8, device="cuda")
-            if l2 == COLD
-            else None
-        )
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        self._buffer: Any = None
+        self._sum: Any = None
+        if l2 == COLD:
+            # Zeroed once, so the read flush sums the same finite values every time.
+            self._buffer = torch.zeros(
+                flush_bytes(l2_bytes) // 4, dtype=torch.float32, device="cuda"
+            )
+            self._sum = torch.zeros((), dtype=torch.float32, device="cuda")
 
-    def bind(self, fn: Callable[[], object]) -> Sampler:
+    def flush_by_reading(self) -> None:
+        """Evict L2 by reading the buffer into one sum: the lines left behind are clean, so
+        the next kernel's misses drop them without writing anything back."""
+        assert self._buffer is not None, "a warm timer has no flush buffer"
+        self._torch.sum(self._buffer, 0, out=self._sum)
+
+    def flush_by_writing(self) -> None:
+        """Evict L2 by zeroing the buffer (nvbench's and do_bench's flush): L2 is left full of
+        dirty lines, written back to memory while the next kernel runs."""
+        assert self._buffer is not None, "a warm timer has no flush buffer"
+        self._buffer.zero_()
+
+    def bind(
+        self, fn: Callable[[], object], probe: Probe | None = None, flush: str | None = None
+    ) -> Sampler:
+        """A sampler of ``fn``; ``probe``'s clock-event reasons are read while the GPU runs
+        each sample, and ``flush`` (None: the timer's) is how a cold sample flushes L2."""
+        chosen = flush or self.flush
+        _check_flush(chosen)
+        flushing = None
+        if self._buffer is not None:
+            reads = chosen == READ_FLUSH
+            flushing = self.flush_by_reading if reads else self.flush_by_writing
         backlog = Backlog()
         if not self._graph:
-            return Sampler(lambda: self._sample(fn, backlog), EVENT_RESOLUTION_NS)
-        replay, launches = self._capture(fn, backlog)
+            return Sampler(lambda: self._sample(fn, backlog, flushing, probe), EVENT_RESOLUTION_NS)
+        replay, launches = self._capture(fn, backlog, flushing)
         return Sampler(
-            lambda: _per_launch(self._sample(replay, backlog), launches),
+            lambda: _per_launch(self._sample(replay, backlog, flushing, probe), launches),
             EVENT_RESOLUTION_NS / launches,
             launches,
         )
 
-    def _sample(self, enqueue: Callable[[], object], backlog: Backlog) -> Timed:
+    def _sample(
+        self,
+        enqueue: Callable[[], object],
+        backlog: Backlog,
+        flushing: Callable[[], None] | None,
+        probe: Probe | None,
+    ) -> Timed:
         """Time ``enqueue``'s GPU work behind a spin; a sample whose host enqueue outran the
-        spin (the GPU reached the start event before the stop event was queued, so host
-        latency may be inside) is taken again, with the longer spin that enqueue asks for."""
+        spin (the GPU reached the start event before the last event was queued, so host
+        latency may be inside, or an idle gap before the trailing spin) is taken again, with
+        the longer spin that enqueue asks for."""
         for _ in range(1 + EXPOSED_RETRIES):
             spin_ns = backlog.spin_ns()
-            timed, enqueue_ns = self._once(enqueue, spin_ns)
+            timed, enqueue_ns = self._once(enqueue, spin_ns, flushing, probe)
             backlog.observe(enqueue_ns)
             if enqueue_ns < spin_ns:
                 return timed
         return timed
 
-    def _once(self, enqueue: Callable[[], object], spin_ns: float) -> tuple[Timed, float]:
+    def _once(
+        self,
+        enqueue: Callable[[], object],
+        spin_ns: float,
+        flushing: Callable[[], None] | None,
+        probe: Probe | None = None,
+    ) -> tuple[Timed, float]:
         torch = self._torch
-        before_spin, start, end = self._events
+        before_spin, start, end, after_spin = self._events
         cycles = spin_cycles(spin_ns, self._max_sm_clock_mhz)
+        trail = spin_cycles(TRAIL_SPIN_NS, self._max_sm_clock_mhz)
         with torch.cuda.stream(self._stream):
-            if self._flush is not None:
-                self._flush.zero_()
+            if flushing is not None:
+                flushing()
             torch.cuda._sleep(spin_cycles(LEAD_SPIN_NS, self._max_sm_clock_mhz))
             before_spin.record()
             torch.cuda._sleep(cycles)
@@ -260,25 +327,46 @@ class CudaTimer:
             start.record()
             enqueue()
             end.record()
+            # Queued before the GPU reaches the start event (``_sample`` retakes a sample
+            # whose enqueue outran its spin), so it follows the kernel with no idle gap
+            # that would read as a slow clock.
+            torch.cuda._sleep(trail)
+            after_spin.record()
             enqueue_ns = float(self._host_ns() - host_start)
-        end.synchronize()
-        spun_ns = before_spin.elapsed_time(start) * 1e6
-        clock = cycles / spun_ns * 1000.0 if spun_ns > 0 else None
-        return Timed(start.elapsed_time(end) * 1e6, clock), enqueue_ns
+        # The GPU is still spinning or running the sample: the one reading taken while it
+        # works, where a slowdown that lets go when the GPU idles is still in force.
+        reasons = probe.read_reasons() if probe is not None else None
+        after_spin.synchronize()
+        clocks = [
+            _clock(cycles, before_spin.elapsed_time(start)),
+            _clock(trail, end.elapsed_time(after_spin)),
+        ]
+        known = [c for c in clocks if c is not None]
+        # The mean stands for the clock over the region between the two readings (cycle
+        # space multiplies the time by it); the lower one decides the throttle flag, since
+        # a clock that fell during the kernel shows only after it.
+        clock = sum(known) / len(known) if known else None
+        low = min(known) if known else None
+        return Timed(start.elapsed_time(end) * 1e6, clock, low, reasons), enqueue_ns
 
-    def _capture(self, fn: Callable[[], object], backlog: Backlog) -> tuple[Callable[[], Any], int]:
+    def _capture(
+        self,
+        fn: Callable[[], object],
+        backlog: Backlog,
+        flushing: Callable[[], None] | None,
+    ) -> tuple[Callable[[], Any], int]:
         """A graph of enough launches of ``fn`` for :data:`GRAPH_TARGET_NS`, sized from a
         timed replay of a small graph: timing one launch alone would include its host
         launch latency, making a 3 us kernel look like 20 us and the graph 6x too short."""
         # Lazy initialisation (cuBLAS handles, Triton's first launch, allocator growth) must
         # not happen during capture: run a few times on the capture stream first.
         for _ in range(3):
-            self._once(fn, MIN_BACKLOG_NS)
-        probe = self._graph_of(fn, GRAPH_PROBE_LAUNCHES)
-        self._once(probe.replay, MIN_BACKLOG_NS)  # the first replay uploads the graph
-        per_launch = _per_launch(self._sample(probe.replay, backlog), GRAPH_PROBE_LAUNCHES).ns
-        launches = graph_launches(per_launch)
-        graph = probe if launches == GRAPH_PROBE_LAUNCHES else self._graph_of(fn, launches)
+            self._once(fn, MIN_BACKLOG_NS, flushing)
+        small = self._graph_of(fn, GRAPH_PROBE_LAUNCHES)
+        self._once(small.replay, MIN_BACKLOG_NS, flushing)  # the first replay uploads the graph
+        sized = self._sample(small.replay, backlog, flushing, None)
+        launches = graph_launches(_per_launch(sized, GRAPH_PROBE_LAUNCHES).ns)
+        graph = small if launches == GRAPH_PROBE_LAUNCHES else self._graph_of(fn, launches)
         return graph.replay, launches
 
     def _graph_of(self, fn: Callable[[], object], launches: int) -> Any:
@@ -290,8 +378,18 @@ class CudaTimer:
         return graph
 
 
+def _check_flush(flush: str) -> None:
+    if flush not in FLUSHES:
+        raise ValueError(f"unknown L2 flush {flush!r}; use {READ_FLUSH} or {WRITE_FLUSH}")
+
+
+def _clock(cycles: int, elapsed_ms: float) -> float | None:
+    """The SM clock (MHz) of a spin of ``cycles`` timed at ``elapsed_ms``."""
+    return cycles / (elapsed_ms * 1e6) * 1000.0 if elapsed_ms > 0 else None
+
+
 def _per_launch(timed: Timed, launches: int) -> Timed:
-    return Timed(timed.ns / launches, timed.sm_clock_mhz)
+    return replace(timed, ns=timed.ns / launches)
 
 
 def make_timer(
@@ -317,7 +415,33 @@ def time_arms(
 ) -> tuple[Collected, list[State]]:
     """Warm each launch up by time, then sample them interleaved under the stopping rule.
     Returns the samples and the device states read before and after."""
-    samplers = [timer.bind(launch) for launch in launches]
+    samplers = [timer.bind(launch, probe) for launch in launches]
+    return _time_samplers(samplers, probe, rule, warmup_s, clock, pause)
+
+
+def time_flushes(
+    fn: Callable[[], object],
+    timer: CudaTimer,
+    probe: Probe,
+    rule: StopRule,
+    warmup_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[float], None] = time.sleep,
+) -> tuple[Collected, list[State]]:
+    """``fn`` sampled cold with each L2 flush of :data:`FLUSHES`, interleaved (one arm each,
+    in that order), so drift hits both alike and their medians differ by the flush alone."""
+    samplers = [timer.bind(fn, probe, flush) for flush in FLUSHES]
+    return _time_samplers(samplers, probe, rule, warmup_s, clock, pause)
+
+
+def _time_samplers(
+    samplers: Sequence[Sampler],
+    probe: Probe,
+    rule: StopRule,
+    warmup_s: float,
+    clock: Callable[[], float],
+    pause: Callable[[float], None],
+) -> tuple[Collected, list[State]]:
     arms = [sampled(sampler.take, probe) for sampler in samplers]
     for arm in arms:
         warm_up(arm, warmup_s, clock)
