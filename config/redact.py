@@ -12,6 +12,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+# libpq's key=value form, which psycopg's messages and a DSN that is not a URL use: a value
+# quoted (its quote possibly unterminated, when it is what failed to parse) or bare.
+_KEYWORD = re.compile(r"\b((?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|[^\s'\"<>]+)", re.I)
 # ESC or CSI (C1) sequences: CSI ... final byte, OSC/DCS/APC/PM/SOS ... BEL or ST, or a
 # lone two-byte escape; then any other C0/C1 control character but tab and newline.
 _ESCAPE = re.compile(
@@ -38,10 +41,12 @@ def redact_url(url: str, keep_path: bool = True) -> str:
 
 
 def redact(text: str, *secrets: str) -> str:
-    """``text`` with every URL in it redacted (:func:`redact_url`, paths kept) and each of
-    ``secrets`` (a webhook URL, a token) replaced wherever it appears."""
+    """``text`` with every URL in it redacted (:func:`redact_url`, paths kept), every
+    ``password=`` / ``sslpassword=`` value masked, and each of ``secrets`` (a webhook URL, a
+    token) replaced wherever it appears."""
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         text = text.replace(secret, MASK)
+    text = _KEYWORD.sub(lambda m: m.group(1) + MASK, text)
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -41,6 +42,18 @@ class Stopped(BaseException):
 #: Bytes of a dead child's stderr kept in its records: enough for a segfault's Python
 #: traceback after faulthandler's list of loaded extension modules (~2 KB with scipy).
 STDERR_TAIL = 6000
+#: The most of a child's stderr ever kept on disk: a child writing gigabytes there must not
+#: fill it. Trimmed back to ``STDERR_TAIL`` whenever it grows past this.
+STDERR_CAP = 64 * 1024
+#: How long a child's reaper has to kill what it left behind once told to (SIGTERM) before
+#: it is killed too.
+REAP_GRACE_S = 10.0
+
+#: Per child (by pid): the thread copying its stderr into the caller's file, and the lock
+#: that file is written and read under.
+_STDERR: dict[int, tuple[threading.Thread, threading.Lock]] = {}
+#: The lock of each file a stderr thread writes, for :func:`tail`.
+_LOCKS: weakref.WeakKeyDictionary[IO[bytes], threading.Lock] = weakref.WeakKeyDictionary()
 
 
 def spawn(
@@ -58,19 +71,23 @@ def spawn(
     sandbox's (``env`` overrides it). Its stdin is closed after the plan unless
     ``keep_stdin`` (a child that asks the parent questions). The child leads its own process
     group, so ``kill`` also ends whatever it started (a compiler, a kernel's helper
-    processes). Raises :class:`Stopped` after a stop signal."""
+    processes); the sandbox's reaper (``jail.py``) ends even what left the group. What it
+    writes on stderr reaches ``stderr`` through a pipe, of which only the last
+    ``STDERR_CAP`` bytes are kept. Raises :class:`Stopped` after a stop signal."""
     check_stopped()
     key = new_key()
     proc = subprocess.Popen(
         box.command([*wrapper, sys.executable, "-m", module]),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=stderr,
+        stderr=subprocess.PIPE,
         env=env if env is not None else box.env(),
         cwd=box.home,
         start_new_session=True,
     )
     _LIVE.add(proc)
+    assert proc.stderr is not None
+    _STDERR[proc.pid] = _capped_copy(proc.stderr, stderr)
     if _STOP:  # the signal came while it started, after stop() looked at _LIVE
         kill(proc)
         check_stopped()
@@ -82,6 +99,39 @@ def spawn(
     # A profiler wrapping the child prints its own lines on the same stdout: those are
     # skipped, not taken as forgeries (only the self-check's built-in suite runs wrapped).
     return proc, event_queue(proc.stdout, Reader(key), skip_unsigned=bool(wrapper))
+
+
+def _capped_copy(source: IO[bytes], target: IO[bytes]) -> tuple[threading.Thread, threading.Lock]:
+    """Copy ``source`` to the end of ``target`` in a thread, trimming ``target`` to its last
+    ``STDERR_TAIL`` bytes whenever it passes ``STDERR_CAP``."""
+    lock = _LOCKS.setdefault(target, threading.Lock())
+
+    def copy() -> None:
+        with source:
+            for chunk in iter(lambda: source.read1(STDERR_CAP), b""):
+                with lock:
+                    target.seek(0, os.SEEK_END)
+                    target.write(chunk)
+                    if target.tell() > STDERR_CAP:
+                        target.seek(-STDERR_TAIL, os.SEEK_END)
+                        kept = target.read()
+                        target.seek(0)
+                        target.write(kept)
+                        target.truncate()
+                    target.flush()
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    return thread, lock
+
+
+def _reaped(proc: subprocess.Popen[bytes]) -> None:
+    """Forget a reaped child; its stderr is copied to the end (its reaper killed every
+    process that could still hold the pipe, so the end comes at once)."""
+    _LIVE.discard(proc)
+    copier = _STDERR.pop(proc.pid, None)
+    if copier is not None:
+        copier[0].join(timeout=REAP_GRACE_S)
 
 
 def death(code: int) -> str:
@@ -125,17 +175,24 @@ def wait(proc: subprocess.Popen[bytes]) -> int:
     except subprocess.TimeoutExpired:
         kill(proc)
         return proc.wait()
-    _LIVE.discard(proc)
+    _reaped(proc)
     return code
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
-    """Kill a child and its process group, and reap it."""
+    """Kill a child, everything it started and its process group, and reap it: its reaper
+    is asked first (SIGTERM), since a SIGKILL would leave it no time to kill what escaped
+    the group; one that does not end in ``REAP_GRACE_S`` is killed with its group."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    _LIVE.discard(proc)
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=REAP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    _reaped(proc)
 
 
 def stop(signum: int) -> bool:
@@ -163,8 +220,9 @@ def check_stopped() -> None:
 
 def tail(stderr: IO[bytes]) -> str:
     """The last ``STDERR_TAIL`` bytes a child wrote to ``stderr`` (a temporary file)."""
-    stderr.flush()
-    stderr.seek(0, os.SEEK_END)
-    size = stderr.tell()
-    stderr.seek(max(0, size - STDERR_TAIL))
-    return stderr.read().decode(errors="replace").strip()
+    with _LOCKS.get(stderr, contextlib.nullcontext()):
+        stderr.flush()
+        stderr.seek(0, os.SEEK_END)
+        size = stderr.tell()
+        stderr.seek(max(0, size - STDERR_TAIL))
+        return stderr.read().decode(errors="replace").strip()

@@ -135,10 +135,13 @@ class Sandbox:
         return {**child_env(os.environ, self.home), **(extra or {})}
 
     def command(self, argv: list[str]) -> list[str]:
-        """``argv`` wrapped to run in fresh namespaces and as the sandbox user."""
+        """``argv`` wrapped to run in fresh namespaces and as the sandbox user, always under
+        ``jail.py``'s reaper, so that nothing it starts outlives it."""
         isolated = self.namespaces and self.network
         if self.identity is None:
-            return [*network_namespace_prefix(), "--", *argv] if isolated else argv
+            spec = json.dumps({"cwd": str(self.home)})
+            jail = [sys.executable, "-m", "kernelwatch.harness.jail", spec, "--", *argv]
+            return [*network_namespace_prefix(), "--", *jail] if isolated else jail
         spec = {
             "uid": self.identity.uid,
             "gid": self.identity.gid,

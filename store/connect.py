@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import psycopg
 
 from kernelwatch.config.database import StoreConfig
-from kernelwatch.config.redact import redact_url
+from kernelwatch.config.redact import redact
 from kernelwatch.config.settings import load
 from kernelwatch.store import migrate
 from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer, ServerState
@@ -70,9 +70,10 @@ def redacted(url: str) -> str:
     try:
         info = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
-        return redact_url(url)
-    if "password" in info:
-        info["password"] = "***"
+        return redact(url)
+    for key in ("password", "sslpassword"):
+        if key in info:
+            info[key] = "***"
     return psycopg.conninfo.make_conninfo(**info)
 
 

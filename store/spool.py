@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,14 @@ from kernelwatch.store.ingest import Ingester, IngestResult
 from kernelwatch.store.runfile import Run, read_run_file, write_run_file
 
 REJECTED = "rejected"
+#: A run file is read whole into memory, several times its size as Python objects: a file
+#: larger than this could take the worker's memory.
+MAX_FILE_BYTES = 256 * 1024 * 1024
+#: Records nest a handful of levels (a case's params, a config's meta); deeper than this is
+#: hostile, and well under the depth where json's decoder or the record readers recurse out.
+MAX_DEPTH = 64
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,9 @@ def pending(spool_dir: Path) -> list[Path]:
 def replay(config: StoreConfig | None = None) -> ReplayReport:
     """Ingest every spooled run, removing each file once its transaction committed. Stops,
     leaving the rest, if the database becomes unreachable; a file that cannot be replayed
-    (unreadable, malformed, or refused by the database) moves to ``rejected/`` beside a
-    ``.reason`` file, and the rest go on. Replays running at once take turns."""
+    (unreadable, malformed, over :data:`MAX_FILE_BYTES` or :data:`MAX_DEPTH`, or refused by
+    the database) moves to ``rejected/`` beside a ``.reason`` file, and the rest go on.
+    Replays running at once take turns."""
     config = config or load().database
     report = ReplayReport()
     if not pending(config.spool_dir):
@@ -121,6 +131,7 @@ def replay(config: StoreConfig | None = None) -> ReplayReport:
         with ingester.conn:
             for index, path in enumerate(files):
                 try:
+                    _check_limits(path)
                     result = ingester.ingest(read_run_file(path))
                 except psycopg.OperationalError as exc:
                     report.remaining, report.reason = len(files) - index, _one_line(exc)
@@ -142,6 +153,23 @@ def _replay_lock(spool_dir: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _check_limits(path: Path) -> None:
+    """Refuse, before parsing, a file too big or nested too deep to read safely."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise RecordError(f"{path}: {size} bytes, more than a run file's {MAX_FILE_BYTES}")
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            depth = deepest = 0
+            for bracket in _NOT_BRACKET.sub("", _STRING.sub("", line)):
+                depth += 1 if bracket in "[{" else -1
+                deepest = max(deepest, depth)
+                if deepest > MAX_DEPTH:
+                    raise RecordError(
+                        f"{path}:{number}: JSON nested too deep (over {MAX_DEPTH} levels)"
+                    )
 
 
 def _reject(path: Path, spool_dir: Path, reason: str) -> Path:

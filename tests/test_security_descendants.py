@@ -1,0 +1,124 @@
+"""Nothing kernel code starts outlives its child, and the child cannot exhaust the host
+(issue 29, item 3): a process that double-forked and called ``setsid`` is killed when the
+child ends or is killed, a file may not grow past ``jail.FILE_LIMIT``, and no more than
+``child.STDERR_CAP`` of stderr is ever kept."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelwatch.harness.child import STDERR_CAP, STDERR_TAIL, kill, spawn, tail, wait
+from kernelwatch.harness.sandbox import Sandbox, sandbox
+from kernelwatch.harness.suite import SuiteRef
+from kernelwatch.harness.supervise import CheckRequest, run_checks
+
+ESCAPE = Path(__file__).parent / "planted" / "escape_suite.py"
+#: A shell command that leaves a ``sleep 300`` in a session of its own, writes its pid to
+#: ``$0`` and returns only once it did (so the sleep is known to have started).
+LEAVE_BEHIND = (
+    'setsid sh -c \'echo $$ > "$1"; exec sleep 300\' sh "$0" </dev/null >/dev/null 2>&1 & '
+    'while [ ! -s "$0" ]; do sleep 0.05; done'
+)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for an init that never reaps it
+    is dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _gone(pid: int, within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture(scope="module")
+def escape_run(tmp_path_factory):
+    """The escape suite checked once through the real supervisor."""
+    suite = tmp_path_factory.mktemp("escape")
+    shutil.copy(ESCAPE, suite)
+    request = CheckRequest(SuiteRef(str(suite / "escape_suite.py")), case_timeout_s=300)
+    return {r.case.kernel: r for r in run_checks(request)}
+
+
+def test_a_double_forked_setsid_process_dies_with_its_child(escape_run):
+    found = re.search(r"ORPHAN (\d+)", escape_run["orphan"].reason + escape_run["orphan"].detail)
+    assert found, escape_run["orphan"]
+    pid = int(found.group(1))
+    try:
+        assert _gone(pid), f"pid {pid} (sleep 300) outlived the check"
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)
+    assert escape_run["honest"].verdict == "pass"
+
+
+def test_a_kernel_cannot_write_a_file_past_the_limit(escape_run):
+    record = escape_run["big_file"]
+    assert record.verdict == "error", record
+    # Python ignores SIGXFSZ, so the write fails with EFBIG instead of killing the child.
+    assert "File too large" in record.reason, record.reason
+    assert escape_run["honest"].verdict == "pass"
+
+
+def test_a_flood_on_stderr_keeps_only_its_tail_in_the_record(escape_run):
+    record = escape_run["shout"]
+    assert record.verdict == "error", record
+    assert 0 < len(record.detail) <= STDERR_TAIL
+    assert escape_run["honest"].verdict == "pass"
+
+
+def test_a_flood_on_stderr_keeps_at_most_the_cap_on_disk():
+    flood = "head -c 100000000 /dev/zero | tr '\\0' x >&2; echo END >&2; exit 4"
+    with sandbox() as box, tempfile.TemporaryFile(mode="w+b") as stderr:
+        proc, events = spawn("unused", {}, stderr, box, wrapper=["/bin/sh", "-c", flood])
+        while events.get(timeout=120) is not None:
+            pass
+        assert wait(proc) == 4
+        stderr.seek(0, os.SEEK_END)
+        assert stderr.tell() <= STDERR_CAP
+        assert tail(stderr).endswith("xxxxEND")
+
+
+@pytest.mark.parametrize("how", ["ends", "is killed"])
+def test_without_a_sandbox_user_or_namespaces_nothing_outlives_the_child(tmp_path, how):
+    """The path of a worker that is not root on a host without user namespaces: no jail
+    user, no PID or mount namespace, only the reaper."""
+    (tmp_path / "home").mkdir()
+    box = Sandbox(tmp_path, identity=None, namespaces=False)
+    pidfile = tmp_path / "pid"
+    script = LEAVE_BEHIND + ("; exit 3" if how == "ends" else "; sleep 300")
+    with tempfile.TemporaryFile(mode="w+b") as stderr:
+        proc, events = spawn(
+            "unused", {}, stderr, box, wrapper=["/bin/sh", "-c", script, str(pidfile)]
+        )
+        if how == "ends":
+            assert events.get(timeout=60) is None
+            assert wait(proc) == 3
+        else:
+            deadline = time.monotonic() + 60
+            while not pidfile.exists() or not pidfile.read_text().strip():
+                assert time.monotonic() < deadline, "the child never left its sleep behind"
+                time.sleep(0.05)
+            kill(proc)
+    pid = int(pidfile.read_text())
+    try:
+        assert _gone(pid), f"pid {pid} (sleep 300) outlived its child"
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)
