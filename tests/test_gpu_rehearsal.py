@@ -59,6 +59,20 @@ def distributions(names: tuple[str, ...]) -> dict[str, metadata.Distribution]:
     return found
 
 
+def _link(source: Path, target: Path) -> None:
+    """``target`` holding ``source``'s files as hard links, where both are on one filesystem:
+    the sandbox user then reads them through the folder the jail exposes (a symlink would
+    lead it into this venv, which a private clone's 0700 parent hides); else a symlink."""
+    try:
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True, copy_function=os.link)
+        else:
+            os.link(source, target)
+    except OSError:
+        shutil.rmtree(target, ignore_errors=True)
+        target.symlink_to(source)
+
+
 def image_venv(root: Path) -> Path:
     """A fresh venv whose only packages are :data:`IMAGE` and their dependencies: symlinks to
     this venv's copies in one folder, which a ``.pth`` line puts on its path. Returns its
@@ -70,7 +84,7 @@ def image_venv(root: Path) -> Path:
         if dist.files is None:
             raise RuntimeError(f"{dist.name} has no RECORD: reinstall it with pip")
         for top in {f.parts[0] for f in dist.files} - {"..", "__pycache__"}:
-            (deps / top).symlink_to(site / top)
+            _link(site / top, deps / top)
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     purelib = subprocess.run(
