@@ -1,8 +1,8 @@
 """The ``kernelwatch`` entry point: the Typer app with every command module registered.
 
 Importing a command module registers its commands on ``app`` (``cli/app.py``); the groups
-``dashboards``, ``db`` and ``regressions`` are sub-apps. ``kernelwatch --help`` lists the
-commands in the order they are registered (the imports below, which the linter keeps
+``dashboards``, ``db``, ``regressions`` and ``runner`` are sub-apps. ``kernelwatch --help``
+lists the commands in the order they are registered (the imports below, which the linter keeps
 alphabetical), then the groups. No command module imports the store's, Prefect's or
 Grafana's packages when it is loaded: a GPU host without them still runs ``check``,
 ``bench`` and ``selfcheck``, and a command that needs one says so in one line.
@@ -26,6 +26,7 @@ from kernelwatch.cli import (  # noqa: F401
     pr_check,
     regressions,
     report,
+    runner,
     selfcheck,
 )
 from kernelwatch.cli.app import app
@@ -46,6 +47,7 @@ OPTIONAL_PACKAGES = {
 
 app.add_typer(db.db_app, name="db")
 app.add_typer(regressions.regressions_app, name="regressions")
+app.add_typer(runner.runner_app, name="runner")
 
 
 def main() -> None:
@@ -58,9 +60,10 @@ def main() -> None:
     except Terminated as stop:
         raise SystemExit(128 + stop.signum) from None
     except SandboxError as exc:
-        # The host cannot isolate kernel code as configured: nothing ran, nothing to keep.
+        # The host cannot isolate kernel code as configured: nothing ran, nothing to keep;
+        # 2, every command's "could not be made" (pr-check must not read as a regression).
         stderr.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise SystemExit(1) from None
+        raise SystemExit(2) from None
     except ModuleNotFoundError as exc:
         top = (exc.name or "").partition(".")[0]
         if top not in OPTIONAL_PACKAGES:

@@ -48,6 +48,10 @@ STDERR_CAP = 64 * 1024
 #: How long a child's reaper has to kill what it left behind once told to (SIGTERM) before
 #: it is killed too.
 REAP_GRACE_S = 10.0
+#: The longest line the result channel accepts: far above the largest record (a self-check
+#: stage with its samples is a few MB), far below what would exhaust this process's memory
+#: if kernel code wrote one endless line on the channel's descriptor.
+MAX_LINE = 64 * 1024 * 1024
 
 #: Per child (by pid): the thread copying its stderr into the caller's file, and the lock
 #: that file is written and read under.
@@ -154,7 +158,10 @@ def event_queue(
     items: queue.Queue[Item] = queue.Queue()
 
     def pump() -> None:
-        for line in iter(stream.readline, b""):
+        for line in iter(lambda: stream.readline(MAX_LINE), b""):
+            if len(line) >= MAX_LINE and not line.endswith(b"\n"):
+                items.put(Forged(f"a line of more than {MAX_LINE} bytes on the result channel"))
+                return
             try:
                 items.put(reader.read(line))
             except Forged as refused:
@@ -179,19 +186,27 @@ def wait(proc: subprocess.Popen[bytes]) -> int:
     return code
 
 
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    """Kill a child, everything it started and its process group, and reap it: its reaper
-    is asked first (SIGTERM), since a SIGKILL would leave it no time to kill what escaped
-    the group; one that does not end in ``REAP_GRACE_S`` is killed with its group."""
-    if proc.poll() is None:
+def terminate(proc: subprocess.Popen[bytes], grace_s: float = REAP_GRACE_S) -> None:
+    """End a child, everything it started and its process group: its reaper is asked first
+    (SIGTERM), since a SIGKILL would leave it no time to kill what escaped the group; one
+    that does not end in ``grace_s`` is killed with its group."""
+    if proc.poll() is not None:
+        return
+    # The group, not the pid alone: whatever runs between this process and the reaper
+    # (a runner's proxy, a profiler's wrapper) hears it too.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=REAP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """:func:`terminate` a child and reap it."""
+    terminate(proc)
     _reaped(proc)
 
 

@@ -4,8 +4,19 @@ SPEC -- ARGV...``.
 As root, in its own mount namespace, it hides what the sandbox user must not see and makes
 reachable what it must (the Python installation under root's private home, a checkout under
 a private directory): a tmpfs over each directory that blocks the way, and the needed
-directories bound back at their own paths. SPEC without a ``uid`` (a worker that is not
-root) skips all that.
+directories bound back at their own paths.
+
+A worker that is not root has no other user to drop to: its children would share its uid, so
+every file it can write and every process it runs. With ``confine`` (in the user, mount,
+PID and network namespaces ``sandbox.py`` makes), the jail builds the child a view of its
+own instead: everything read-only, every top-level directory but the system's (``KEPT``)
+covered by an empty tmpfs, so the worker's home, ``/tmp``, ``/run``, the embedded
+PostgreSQL's socket and data, the spool, the repositories and other runs' directories are
+gone; the Python installation and the suites bound back read-only, the sandbox's own
+directory read-write. The child then enters a user namespace of its own, where those mounts
+are locked (it cannot unmount them to see below) and it holds no capability; the PID
+namespace hides every process outside it, the worker's included, and ends all of them when
+the reaper ends.
 
 It then stays as the child's reaper: a child subreaper that forks ``ARGV`` (dropped to the
 sandbox user for good, no groups, no new privileges, under resource limits), and when it
@@ -28,9 +39,21 @@ import struct
 import sys
 from pathlib import Path
 
-_MS_BIND, _MS_REC, _MS_NOSUID, _MS_NODEV = 4096, 16384, 2, 4
+_MS_BIND, _MS_REC, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 4096, 16384, 2, 4, 8
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
-_PR_SET_NO_NEW_PRIVS, _PR_SET_CHILD_SUBREAPER = 38, 36
+_PR_SET_NO_NEW_PRIVS, _PR_SET_CHILD_SUBREAPER, _PR_SET_DUMPABLE = 38, 36, 4
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 0x1
+#: The top-level directories a confined child keeps (read-only): the system's programs,
+#: libraries, settings, devices and kernel interfaces. Everything else is covered.
+KEPT = frozenset({"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev",
+                  "proc", "sys"})  # fmt: skip
+#: Mounts a confined child may write: its own /proc (the jail writes its user namespace's
+#: maps there) and the shared-memory tmpfs the collectives' ranks meet in.
+WRITABLE_SYSTEM = ("/proc", "/dev/shm")
+#: The size of each empty tmpfs over a covered directory: room for the directories the
+#: binds need, not for filling the host's memory.
+COVER_SIZE = "16m"
 #: The largest file kernel code may write: a kernel has no reason to write more, and a
 #: hostile one must not fill the host's disk.
 FILE_LIMIT = 1 << 30
@@ -68,6 +91,70 @@ def expose(path: Path, held: int, uid: int, gid: int) -> None:
         return
     path.mkdir(exist_ok=True)
     _mount(f"/proc/self/fd/{held}", str(path), None, _MS_BIND | _MS_REC, None)
+
+
+def _set_mount_attr(path: str, set_: int = 0, clear: int = 0) -> None:
+    """``mount_setattr(2)`` on ``path`` and every mount below it."""
+    attr = ctypes.create_string_buffer(struct.pack("QQQQ", set_, clear, 0, 0))
+    flags = _AT_RECURSIVE
+    if _libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path.encode(), flags, attr, 32) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount_setattr {path}: {os.strerror(errno)}")
+
+
+def confine(spec: dict[str, object]) -> None:
+    """The view of a confined child (a worker that is not root): every mount read-only,
+    every top-level directory outside ``KEPT`` covered by an empty tmpfs, the files of
+    ``hide`` covered, the directories of ``expose`` bound back read-only and those of
+    ``writable`` read-write. Runs as the root of a fresh user namespace that owns the
+    mount namespace."""
+    writable = [p for p in spec["writable"] if os.path.isdir(p)]  # type: ignore[attr-defined]
+    exposed = sorted(p for p in spec["expose"] if os.path.isdir(p))  # type: ignore[attr-defined]
+    # A directory inside another comes with it (the binds are recursive).
+    expose = [p for p in exposed if not any(Path(p).is_relative_to(o) for o in exposed if o != p)]
+    held = {p: os.open(p, os.O_PATH) for p in {*expose, *writable}}
+    _set_mount_attr("/", set_=_MOUNT_ATTR_RDONLY)
+    for path in WRITABLE_SYSTEM:
+        if os.path.ismount(path):
+            _set_mount_attr(path, clear=_MOUNT_ATTR_RDONLY)
+    for name in sorted(os.listdir("/")):
+        top = f"/{name}"
+        if name not in KEPT and os.path.isdir(top) and not os.path.islink(top):
+            _mount("tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0755,size={COVER_SIZE}")
+    hide(spec["hide"])  # type: ignore[arg-type]
+    for path in [*sorted(expose, key=len), *writable]:
+        _bind_back(Path(path), held[path], read_only=path not in writable)
+    for fd in held.values():
+        os.close(fd)
+
+
+def _bind_back(target: Path, fd: int, read_only: bool) -> None:
+    """The directory open as ``fd`` bound at ``target`` (its own path) in the confined view,
+    read-only or not, whatever covers it now."""
+    for ancestor in [*reversed(target.parents)][1:]:
+        if not ancestor.exists():
+            ancestor.mkdir()  # inside a tmpfs mounted above
+    if not target.exists():
+        target.mkdir()
+    _mount(f"/proc/self/fd/{fd}", str(target), None, _MS_BIND | _MS_REC, None)
+    if read_only:
+        _set_mount_attr(str(target), set_=_MOUNT_ATTR_RDONLY)
+    else:
+        _set_mount_attr(str(target), clear=_MOUNT_ATTR_RDONLY)
+
+
+def enter_own_user_namespace(uid: int, gid: int) -> None:
+    """Move this process into a user namespace (and mount namespace) of its own, as ``uid``
+    and ``gid``: the mounts made by the namespace above become locked, so the child cannot
+    unmount a cover, and after ``exec`` it holds no capability there."""
+    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare: {os.strerror(errno)}")
+    for name, line in (("setgroups", "deny"), ("uid_map", f"{uid} 0 1"), ("gid_map", f"{gid} 0 1")):
+        with open(f"/proc/self/{name}", "w") as handle:
+            handle.write(line)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
 
 
 def loopback_up() -> None:
@@ -135,35 +222,90 @@ def kill_descendants() -> None:
             return
 
 
+def _start(spec: dict[str, object], command: list[str]) -> None:
+    """In a fresh fork: become the child (limits, its user namespace or the sandbox user, no
+    new privileges) and ``exec`` ``command``; never returns."""
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        limit(spec)
+        if spec.get("confine"):
+            uid, gid = spec["user"]  # type: ignore[misc]
+            enter_own_user_namespace(uid, gid)
+        if spec.get("uid") is not None:
+            os.setgroups([])
+            os.setresgid(spec["gid"], spec["gid"], spec["gid"])
+            os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+        _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        with contextlib.suppress(OSError, KeyError):
+            os.chdir(spec["cwd"])
+        os.execvp(command[0], command)
+    except BaseException as exc:  # whatever failed, the fork must not run on as the reaper
+        os.write(2, f"jail: cannot start {command[0]}: {exc}\n".encode())
+    os._exit(127)
+
+
+def _quiet() -> None:
+    """Point stdin and stdout at /dev/null: a process that outlives the child's output must
+    not hold its result channel open."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _init(spec: dict[str, object], command: list[str], report: int) -> None:
+    """PID 1 of the child's PID namespace: a ``/proc`` of that namespace (in a mount
+    namespace of its own, so the reaper keeps the host's), then ``command`` as PID 2, every
+    orphan reaped until it ends, and its wait status written to ``report``. When this process
+    exits the kernel kills whatever is left in the namespace."""
+    try:
+        if _libc.unshare(_CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+        child = os.fork()
+        if child == 0:
+            os.close(report)
+            _start(spec, command)
+        _quiet()
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == child:
+                os.write(report, struct.pack("i", status))
+                break
+    except BaseException as exc:
+        os.write(2, f"jail: cannot start {command[0]}: {exc}\n".encode())
+        os._exit(127)
+    os._exit(0)
+
+
 def reap(spec: dict[str, object], command: list[str]) -> int:
     """Run ``command`` as the spec's user in a child, kill everything left below this
-    process when it ends, and end the way it did (its exit code or its signal)."""
+    process when it ends, and end the way it did (its exit code or its signal).
+
+    With ``pids``, the child runs in a PID namespace of its own, below an init of that
+    namespace (:func:`_init`): it sees no other process, and its end (or its kill) ends every
+    process it left. The reaper itself stays outside, so it can still end the way the child
+    did: the PID 1 of a namespace cannot be ended by a signal it sends itself."""
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     # Before the fork: the reaper re-raises the child's signal, and must not dump a core.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # A SIGTERM before its handler is in place would end the reaper alone: held off till then.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    own_pids = bool(spec.get("pids"))
+    if own_pids:
+        if _libc.unshare(_CLONE_NEWPID) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"unshare(CLONE_NEWPID): {os.strerror(errno)}")
+        report, told = os.pipe()
     pid = os.fork()
     if pid == 0:
-        try:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            limit(spec)
-            if spec.get("uid") is not None:
-                os.setgroups([])
-                os.setresgid(spec["gid"], spec["gid"], spec["gid"])
-                os.setresuid(spec["uid"], spec["uid"], spec["uid"])
-            _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-            with contextlib.suppress(OSError, KeyError):
-                os.chdir(spec["cwd"])
-            os.execvp(command[0], command)
-        except BaseException as exc:  # whatever failed, the fork must not run on as the reaper
-            os.write(2, f"jail: cannot start {command[0]}: {exc}\n".encode())
-        os._exit(127)
-    # The reaper writes nothing: it must not hold the child's result channel open.
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):
-        os.dup2(devnull, fd)
-    os.close(devnull)
+        if own_pids:
+            os.close(report)
+            _init(spec, command, told)
+        _start(spec, command)
+    if own_pids:
+        os.close(told)
+    _quiet()
 
     def end_child(*_: object) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -174,6 +316,10 @@ def reap(spec: dict[str, object], command: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     _, status = os.waitpid(pid, 0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if own_pids:
+        told_status = os.read(report, 4)
+        if len(told_status) == 4 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            status = struct.unpack("i", told_status)[0]
     kill_descendants()
     if os.WIFSIGNALED(status):
         ended = os.WTERMSIG(status)
@@ -189,7 +335,12 @@ def main(argv: list[str]) -> int:
     this reaper."""
     spec = json.loads(argv[0])
     command = argv[argv.index("--") + 1 :]
-    if spec.get("mounts"):
+    # Kernel code shares this process's uid when the worker is not root: without this, it
+    # could read the reaper's memory through ptrace or /proc.
+    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if spec.get("confine"):
+        confine(spec)
+    elif spec.get("mounts"):
         wanted = sorted((p for p in spec["expose"] if os.path.isdir(p)), key=len)
         held = [os.open(p, os.O_PATH) for p in wanted]
         hide(spec["hide"])

@@ -11,7 +11,10 @@ per case ``{"event": "begin", "task": i}`` and ``{"event": "result", "task": i, 
 The plan's ``mode`` is ``check`` (correctness records), ``bench`` (measurement records; the
 plan event carries the timing method), ``ab`` (A/B records: the suite of checkout A, the
 plan's ``suite``, and of checkout B, its ``suite_b``, imported side by side, each case timed
-at both interleaved) or ``selfcheck`` (no cases: ``progress`` events and one
+at both interleaved, in one process: only for distributed cases now), ``arm`` (one side of an
+A/B pair, its plan's ``side`` ``A`` or ``B``: after the plan event, which also lists the
+suite's ``distributed`` kernels, it answers one command a line on stdin, below) or
+``selfcheck`` (no cases: ``progress`` events and one
 ``{"event": "stage", "name": "...", "data": {...}}`` per measurement as it finishes). A
 bench child that measured ceilings says ``{"event": "carry", "key": "ceilings", "value":
 {...}}``; the supervisor hands carried values to any fresh child of the same run in the
@@ -20,6 +23,17 @@ it cannot satisfy, ends with
 ``{"event": "fatal", "kind": "suite" | "selection", "message": "..."}``.
 Before starting the ranks of a distributed case (``distributed/ranks.py``) the runner says
 ``{"event": "starting"}``: the supervisor then allows the start-up time before the case's.
+
+An ``arm`` child's commands (``harness/ab_sides.py`` sends them) and its one answer to each:
+``{"cmd": "lacks", "tasks": [...]}`` -> ``{"event": "lacks", "reasons": [str | null, ...]}``;
+``{"cmd": "prepare", "task": {...}, "suite": name, "seed": n, "shared": {"config": {...},
+"source": "autotune"} | null}`` -> ``{"event": "prepared", "config": {...}, "config_source":
+"..."}``; ``{"cmd": "warm"}`` -> ``{"event": "warm", "resolution_ns": x}``;
+``{"cmd": "sample", "n": n}`` -> ``{"event": "samples", "samples": [{...}, ...]}``;
+``{"cmd": "finish", "stop": "..."}`` -> ``{"event": "result", "record": {...}}``. A command
+that fails answers ``{"event": "failed", "status": "error" | "unsupported", "reason": "...",
+"detail": "..."}``, after which a child on a GPU exits with ``EXIT_RESTART``. End of stdin
+ends the child.
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ if TYPE_CHECKING:  # kernel-side modules are imported only after the device is c
     from kernelwatch.harness.records import SoftwareInfo
     from kernelwatch.harness.spec import Suite
     from kernelwatch.harness.suite import Loaded, Task
+    from kernelwatch.harness.timing.ab import ABArm
     from kernelwatch.harness.timing.case import BenchSession
 
     RunCase = Callable[[Task], CorrectnessResult | Measurement | ABMeasurement]
@@ -73,6 +88,9 @@ def main() -> int:
     from kernelwatch.harness.device import select_device
 
     device = select_device()  # before the suite imports Triton
+
+    if mode == "arm":
+        return _arm(plan, device, emit)
 
     from kernelwatch.harness.device import software_info
     from kernelwatch.harness.suite import SelectionError, SuiteLoadError
@@ -275,10 +293,11 @@ def _case_runner(
 
 
 def _open_session(
-    plan: dict[str, Any], device: Device, software: SoftwareInfo, emit: Emit
+    plan: dict[str, Any], device: Device, software: SoftwareInfo, emit: Emit, siblings: int = 0
 ) -> BenchSession | None:
     """The timing session of a bench or ab plan, using ceilings an earlier child of the same
-    run measured; None after emitting a fatal event for a timer the device cannot do."""
+    run measured; None after emitting a fatal event for a timer the device cannot do.
+    ``siblings``: processes of this run that share the GPU (an A/B pair's other side)."""
     from kernelwatch.harness.timing.ab import ABSession
     from kernelwatch.harness.timing.case import BenchSession
     from kernelwatch.harness.timing.request import BenchOptions
@@ -290,7 +309,7 @@ def _open_session(
         options = replace(options, ceilings=Ceilings(**carried))
     kind = ABSession if plan.get("mode") == "ab" else BenchSession
     try:
-        session = kind.open(device, options, software)
+        session = kind.open(device, options, software, siblings)
     except ValueError as exc:
         emit({"event": "fatal", "kind": "selection", "message": str(exc)})
         return None
@@ -325,6 +344,120 @@ def _ab_runner(
         )
 
     return ab
+
+
+def _arm(plan: dict[str, Any], device: Device, emit: Emit) -> int:
+    """One side of an A/B pair: import its suite alone, say the plan, then answer the
+    parent's commands (module docstring) until stdin ends."""
+    from kernelwatch.harness.device import software_info
+    from kernelwatch.harness.spec import DistributedSpec
+    from kernelwatch.harness.suite import (
+        SelectionError,
+        SuiteLoadError,
+        SuiteRef,
+        import_suite,
+        select_tasks,
+    )
+    from kernelwatch.harness.timing.ab import ABArm, ABSession
+
+    side = plan["side"]
+    ref = SuiteRef.from_json(plan["suite"])
+    try:
+        loaded = import_suite(ref)
+    except SuiteLoadError as exc:
+        message = f"side {side} ({ref.root or ref.target}): {exc}"
+        emit({"event": "fatal", "kind": "suite", "message": message})
+        return EXIT_FATAL
+    suite = loaded.suite
+    selection = (plan["kernels"], plan["workload"], plan["dtypes"], plan.get("cases_per_kernel", 0))
+    try:
+        tasks = select_tasks(suite, *selection)
+    except SelectionError as exc:
+        # B that cannot satisfy the selection at all: every case is A's, which B lacks.
+        if side != "A":
+            tasks = []
+        else:
+            emit({"event": "fatal", "kind": "selection", "message": str(exc)})
+            return EXIT_FATAL
+    software = software_info(loaded.source)
+    session = _open_session({**plan, "mode": "ab"}, device, software, emit, siblings=1)
+    if session is None:
+        return EXIT_FATAL
+    assert isinstance(session, ABSession)
+    emit(
+        {
+            "event": "plan",
+            "suite": suite.name,
+            "tasks": [t.to_json() for t in tasks],
+            "device": asdict(device.info),
+            "software": asdict(software),
+            "method": asdict(session.method),
+            "families": {spec.name: spec.family for spec in suite.kernels},
+            "distributed": [s.name for s in suite.kernels if isinstance(s, DistributedSpec)],
+        }
+    )
+    arm = ABArm(session, side)
+    for line in sys.stdin:
+        command = json.loads(line)
+        try:
+            emit(_arm_answer(arm, suite, command))
+        except Exception as exc:  # a kernel's failure is the case's record, not the child's end
+            emit(_arm_failure(side, command.get("cmd"), exc))
+            if device.info.kind == "cuda":
+                return EXIT_RESTART  # the CUDA context may be unusable for every later case
+    return 0
+
+
+def _arm_answer(arm: ABArm, suite: Suite, command: dict[str, Any]) -> dict[str, Any]:
+    """The answer of an ``arm`` child to one command."""
+    from kernelwatch.harness.records import LaunchConfig
+    from kernelwatch.harness.suite import Task, lacks
+
+    kind = command["cmd"]
+    if kind == "lacks":
+        reasons = [lacks(suite, Task.from_json(t)) for t in command["tasks"]]
+        return {"event": "lacks", "reasons": reasons}
+    if kind == "prepare":
+        task = Task.from_json(command["task"])
+        shared = command.get("shared")
+        prepared = arm.prepare(
+            suite.kernel(task.kernel),
+            command["suite"],
+            task,
+            int(command["seed"]),
+            LaunchConfig.from_json(shared["config"]) if shared else None,
+            shared["source"] if shared else "",
+        )
+        config = asdict(prepared.config)
+        return {"event": "prepared", "config": config, "config_source": prepared.config_source}
+    if kind == "warm":
+        return {"event": "warm", "resolution_ns": arm.warm()}
+    if kind == "sample":
+        samples = arm.sample(int(command["n"]))
+        return {"event": "samples", "samples": [finite(asdict(one)) for one in samples]}
+    if kind == "finish":
+        return {"event": "result", "record": arm.finish(command["stop"]).to_json()}
+    raise ValueError(f"unknown command {kind!r}")
+
+
+def _arm_failure(side: str, command: str | None, exc: BaseException) -> dict[str, Any]:
+    """The ``failed`` answer of a command that raised: unsupported for KernelUnsupported, an
+    error naming the side (and, for sampling, the stage) otherwise."""
+    import traceback
+
+    from kernelwatch.harness.spec import KernelUnsupported
+
+    message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    stage = side if command == "prepare" else f"{side} timing"
+    if isinstance(exc, KernelUnsupported):
+        reason = str(exc) if str(exc).startswith("unsupported on ") else f"{side}: {exc}"
+        return {"event": "failed", "status": "unsupported", "reason": reason, "detail": ""}
+    return {
+        "event": "failed",
+        "status": "error",
+        "reason": f"{stage}: {message}"[:500],
+        "detail": "".join(traceback.format_exc(limit=8))[-4000:],
+    }
 
 
 def open_channel() -> tuple[Emit, dict[str, Any]]:

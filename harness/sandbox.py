@@ -5,10 +5,21 @@ can reach. Kernel code is untrusted (a pull request's may be hostile), so every 
   the worker's: no database URL, Prefect key, Grafana token or webhook reaches it;
 - a private directory of its own for ``HOME``, ``TMPDIR``, the XDG directories and Triton's
   cache, removed afterwards, so no cache it writes is read by a later run;
-- as root, an unprivileged user of its own (``kernelwatch-sandbox``, created when missing),
-  so it can neither read the worker's files nor write its caches, spool or results;
-- no network, through a network namespace, where the platform lets one be made (root, or
-  unprivileged user namespaces); elsewhere it keeps the host's network (docs/SECURITY.md).
+- as root, an unprivileged uid of its own (one of ``UID_POOL``, leased for the sandbox's
+  life, so that no other sandbox shares it; or the account ``KERNELWATCH_SANDBOX_USER``
+  names), so it can neither read the worker's files nor write its caches, spool or results,
+  nor reach another run's (or the other side's) processes and files;
+- as a worker that is not root, namespaces of its own (user, mount, PID, network) in which
+  ``jail.py`` gives it a read-only view of the system, the Python installation and its suites,
+  with nothing of the worker's (home, ``/tmp``, ``/run``, the embedded database, the spool,
+  the repositories, the worker's processes) and its own directory the only one it writes;
+- no network, through a network namespace.
+
+Untrusted code (a pull request's, a fork's) is refused, in one line that says what is
+missing, where those namespaces cannot be made: a child sharing the worker's uid or network
+could read its secrets. Such a host runs untrusted code through the runner of the
+deployment (``harness/remote.py``; infra/, docs/SECURITY.md), where nothing is worth taking.
+Trusted code (the built-in suite) may run with less, and the sandbox says what it lacked.
   On a node of a multi-node world (``NNODES`` above 1) the ranks must reach the other nodes,
   so children keep the pod's network, which the multi-node pool's NetworkPolicy limits
   (infra/k8s/multi-node/); everything else holds.
@@ -20,6 +31,8 @@ that user; :class:`SandboxError` says so otherwise.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import grp
 import json
@@ -37,12 +50,18 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelwatch.harness import remote
 from kernelwatch.harness.distributed.nodes import ENV as NODES_ENV
 from kernelwatch.harness.distributed.nodes import spans_nodes
 from kernelwatch.harness.suite import SuiteRef, revision_of
 
 USER_ENV = "KERNELWATCH_SANDBOX_USER"
-DEFAULT_USER = "kernelwatch-sandbox"
+#: The uids sandboxes take, one each, when ``$KERNELWATCH_SANDBOX_USER`` names no account
+#: (root only): concurrent sandboxes (the two sides of an A/B pair, two runs on one host)
+#: are then different users, so neither can signal, trace or write the other's processes,
+#: caches and files even where no namespace can be made. Below 65536, so that a container's
+#: user namespace maps them; a uid some account has is skipped.
+UID_POOL = range(62000, 63000)
 #: Where a GPU host without nvcc finds prebuilt cubins (harness/cuda_kernel.py reads it).
 #: Declared here, not there, so that the parents that start children never import torch.
 CUBIN_DIR_ENV = "KERNELWATCH_CUBIN_DIR"
@@ -117,6 +136,8 @@ class Sandbox:
     exposed: set[str] = field(default_factory=set)
     network: bool = True
     notes: tuple[str, ...] = ()
+    #: The runner's exchange directory (``harness/remote.py``): children run there, not here.
+    exchange: Path | None = None
 
     def describe(self) -> str:
         """One line: how this sandbox's children are isolated, and what is missing."""
@@ -134,21 +155,45 @@ class Sandbox:
         """The child's environment (:func:`child_env`), plus ``extra`` set by the platform."""
         return {**child_env(os.environ, self.home), **(extra or {})}
 
-    def command(self, argv: list[str]) -> list[str]:
+    def command(self, argv: list[str], own_pids: bool = True) -> list[str]:
         """``argv`` wrapped to run in fresh namespaces and as the sandbox user, always under
-        ``jail.py``'s reaper, so that nothing it starts outlives it."""
+        ``jail.py``'s reaper, so that nothing it starts outlives it. With a runner
+        (``exchange``), the proxy that runs ``argv`` there: the runner sandboxes it.
+
+        Each child gets a PID namespace of its own (it sees and signals no process of the
+        worker's, of another run's or of the other side of an A/B pair, though all run as
+        one sandbox user), unless ``own_pids`` is False: a distributed case's ranks, which
+        share GPU memory through handles that name each other's processes."""
+        if self.exchange is not None:
+            return remote.proxy_command(self.exchange, argv)
         isolated = self.namespaces and self.network
         if self.identity is None:
-            spec = json.dumps({"cwd": str(self.home)})
-            jail = [sys.executable, "-m", "kernelwatch.harness.jail", spec, "--", *argv]
-            return [*network_namespace_prefix(), "--", *jail] if isolated else jail
+            spec: dict[str, object] = {"cwd": str(self.home)}
+            if self.namespaces:
+                spec.update(
+                    confine=True,
+                    network=isolated,
+                    user=[os.getuid(), os.getgid()],
+                    hide=list(self.hidden),
+                    expose=sorted({*_python_dirs(script=False), *self.exposed}),
+                    writable=[str(self.root)],
+                    pids=own_pids,
+                )
+            jail = [sys.executable, "-m", "kernelwatch.harness.jail", json.dumps(spec), "--", *argv]
+            if not self.namespaces:
+                return jail
+            return [*network_namespace_prefix(network=self.network), "--", *jail]
         spec = {
             "uid": self.identity.uid,
             "gid": self.identity.gid,
             "cwd": str(self.home),
             "mounts": self.namespaces,
+            "pids": self.namespaces and own_pids,
             "network": isolated,
-            "hide": list(self.hidden),
+            # The temporary directory holds other runs' sandboxes (their Triton caches) and
+            # checkouts, all the sandbox user's or readable by it: covered, and what this
+            # child needs bound back.
+            "hide": [*self.hidden, tempfile.gettempdir()],
             "expose": sorted({*_python_dirs(), str(self.root), *self.exposed}),
         }
         jail = [sys.executable, "-m", "kernelwatch.harness.jail", json.dumps(spec), "--", *argv]
@@ -180,8 +225,13 @@ class Sandbox:
 
     def _readable(self, directory: Path) -> Path:
         source = directory.resolve()
-        if self.identity is None or not source.is_dir():
+        if self.exchange is not None and source.is_dir():
+            return self._staged_for_runner(source)
+        if not source.is_dir():
             return source  # a missing suite is the child's to report
+        if self.identity is None:
+            self.exposed.add(str(source))  # bound back into a confined child's view
+            return source
         # With a mount namespace only the directory's own mode matters: the jail opens the
         # way to it. Without one, every parent must let the user through.
         if _reachable(source, self.identity, ancestors=not self.namespaces):
@@ -193,6 +243,47 @@ class Sandbox:
             _give(target, self.identity)
             self.staged[str(source)] = str(target)
         return Path(self.staged[str(source)])
+
+    def _staged_for_runner(self, source: Path) -> Path:
+        """``source`` copied under this sandbox's root on the requests volume, the only place
+        the runner sees (at the same path), readable by any user: the runner's sandbox user
+        is not this side's."""
+        if str(source) not in self.staged:
+            target = self.root / "suites" / f"{len(self.staged)}-{source.name}"
+            shutil.copytree(source, target, symlinks=True, ignore=_git_dir)
+            for directory, _dirs, files in os.walk(target):
+                os.chmod(directory, 0o755)
+                for name in files:
+                    path = os.path.join(directory, name)
+                    if not os.path.islink(path):
+                        os.chmod(path, 0o755 if os.access(path, os.X_OK) else 0o644)
+            self.staged[str(source)] = str(target)
+        return Path(self.staged[str(source)])
+
+
+#: What a run of untrusted code says where no namespace can be made.
+_UNCONTAINED = (
+    "untrusted kernel code is refused here: `unshare` cannot make namespaces for it (no "
+    "CAP_SYS_ADMIN as root, no unprivileged user namespaces otherwise), so it would share "
+    "this worker's uid, files and network; run pull-request checks through the deployment's "
+    "runner (infra/compose.yaml, infra/k8s; docs/SECURITY.md) or on a host that allows "
+    "user namespaces"
+)
+#: Set by the deployment's runner (:func:`contained`): this process holds nothing worth
+#: taking, so its children may run untrusted code without namespaces. The note it records.
+_CONTAINED: ContextVar[str | None] = ContextVar("kernelwatch_contained", default=None)
+
+
+@contextmanager
+def contained(why: str) -> Iterator[None]:
+    """Inside the block, sandboxes may run untrusted code where no namespace can be made,
+    because this process was checked to hold nothing worth taking (the deployment's runner:
+    no secret, no credential file, no network); ``why`` is what each sandbox records."""
+    token = _CONTAINED.set(f"no namespaces: {why}")
+    try:
+        yield
+    finally:
+        _CONTAINED.reset(token)
 
 
 #: The sandbox a block holds for every child started inside it (:func:`held_sandbox`).
@@ -232,73 +323,149 @@ def held_sandbox(trusted: bool = False) -> Iterator[Sandbox]:
 @contextmanager
 def _new_sandbox(trusted: bool) -> Iterator[Sandbox]:
     notes: list[str] = []
+    # With a runner, kernel code runs there, in the runner's own sandbox: this side starts
+    # only proxies, and its root (on the requests volume) is where the suites are staged.
+    exchange = remote.exchange_dir()
+    namespaces = namespaces_available() if exchange is None else True
+    # Refused before anything else: without namespaces nothing else would contain it.
+    if not namespaces and not trusted and _CONTAINED.get() is None:
+        raise SandboxError(_UNCONTAINED)
+    leases = contextlib.ExitStack()
     try:
-        identity = sandbox_identity()
-        namespaces = namespaces_available()
+        identity = leases.enter_context(leased_identity()) if exchange is None else None
         if identity is not None and not namespaces:
             _check_environment_readable(identity)
     except SandboxError as exc:
+        leases.close()
         if not trusted:
             raise
-        identity, namespaces = None, namespaces_available()
+        identity = None
         notes.append(f"unsandboxed: {exc}; the built-in suite is trusted, so its children "
                      f"run as this process's user (uid {os.geteuid()})")  # fmt: skip
     if not namespaces:
         notes.append(
-            "no network namespace: `unshare` is missing or refused here, so children keep "
+            _CONTAINED.get()
+            or "no network namespace: `unshare` is missing or refused here, so children keep "
             "this host's network"
         )
-    root = Path(tempfile.mkdtemp(prefix="kernelwatch-sandbox-"))
+    base = remote.trees_dir(exchange) if exchange is not None else None
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="kernelwatch-sandbox-", dir=base))
+    with leases:
+        yield from _filled(root, identity, namespaces, notes, exchange)
+
+
+def _filled(
+    root: Path,
+    identity: Identity | None,
+    namespaces: bool,
+    notes: list[str],
+    exchange: Path | None,
+) -> Iterator[Sandbox]:
+    """The sandbox in ``root`` (made), removed with everything in it afterwards."""
     try:
         for sub in ("home", "tmp", "triton", "suites"):
             (root / sub).mkdir()
         if identity is not None:
             _give(root, identity)
         network = not spans_nodes(os.environ)
-        yield Sandbox(root, identity, namespaces, _hidden(), network=network, notes=tuple(notes))
+        box = Sandbox(root, identity, namespaces, _hidden(), network=network, notes=tuple(notes))
+        if exchange is not None:
+            os.chmod(root, 0o755)  # the runner's sandbox user reads the staged suites
+            box.exchange = exchange
+            box.notes = (f"children run in the runner of {exchange}, in its sandbox",)
+        yield box
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def sandbox_identity() -> Identity | None:
-    """The user children run as: none of their own unless this process is root, then
-    ``$KERNELWATCH_SANDBOX_USER`` or ``kernelwatch-sandbox`` (created if missing)."""
+@contextmanager
+def leased_identity() -> Iterator[Identity | None]:
+    """The user a sandbox's children run as, for as long as the block lasts: none of their
+    own unless this process is root; then the account ``$KERNELWATCH_SANDBOX_USER`` names
+    (every sandbox shares it), or else a uid of :data:`UID_POOL` no other sandbox on this
+    host holds meanwhile, which needs no account. On the way out, what that uid left in the
+    shared temporary directories is removed, so the next holder finds nothing of it."""
     if os.geteuid() != 0:
-        return None
-    name = os.environ.get(USER_ENV) or DEFAULT_USER
-    entry = system_user(name, create=name == DEFAULT_USER)
-    if entry.pw_uid == 0:
-        raise SandboxError(
-            f"{USER_ENV}={name} is root: kernel code must run as an unprivileged user"
-        )
-    return Identity(name, entry.pw_uid, entry.pw_gid)
+        yield None
+        return
+    named = os.environ.get(USER_ENV)
+    if named:
+        entry = system_user(named)
+        if entry.pw_uid == 0:
+            raise SandboxError(
+                f"{USER_ENV}={named} is root: kernel code must run as an unprivileged user"
+            )
+        yield Identity(named, entry.pw_uid, entry.pw_gid)
+        return
+    locks = _lock_dir()
+    for uid in UID_POOL:
+        if _has_account(uid):
+            continue  # its files are someone's
+        fd = os.open(locks / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield Identity(f"uid {uid}", uid, uid)
+        finally:
+            _sweep(uid)
+            os.close(fd)
+        return
+    raise SandboxError(
+        f"all {len(UID_POOL)} sandbox uids ({UID_POOL.start}-{UID_POOL.stop - 1}) are held by "
+        f"other sandboxes on this host: wait for runs to end, or name one account in {USER_ENV}"
+    )
 
 
-def system_user(name: str, create: bool) -> pwd.struct_passwd:
-    """The account ``name``; created as a system user without a home or a login shell when
-    missing and ``create`` (needs root)."""
+def _lock_dir() -> Path:
+    """Root's private directory of uid leases (a lock file per uid, held with ``flock``)."""
+    locks = Path(tempfile.gettempdir()) / "kernelwatch-sandbox-uids"
+    with contextlib.suppress(FileExistsError):
+        locks.mkdir(mode=0o700)
+    info = os.lstat(locks)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
+        raise SandboxError(f"{locks} is not root's directory: remove it and run again")
+    os.chmod(locks, 0o700)
+    return locks
+
+
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def _sweep(uid: int) -> None:
+    """Remove what ``uid`` left at the top of the directories every user may write."""
+    for shared in {tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"}:
+        try:
+            entries = list(os.scandir(shared))
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+
+
+def system_user(name: str) -> pwd.struct_passwd:
+    """The account ``name``: SandboxError when there is none."""
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        if not create:
-            raise SandboxError(f"no user {name!r} on this machine; create it or unset "
-                               f"{USER_ENV}") from None  # fmt: skip
-    try:
-        proc = subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError as exc:  # gVisor-like images may have no useradd at all
         raise SandboxError(
-            f"cannot create user {name!r}: useradd cannot run here ({exc.strerror}); create "
-            f"the user in the image or name an existing one in {USER_ENV}"
+            f"no user {name!r} on this machine; create it or unset {USER_ENV}"
         ) from None
-    # Another process may have created it meanwhile (useradd exits 9 then).
-    if proc.returncode not in (0, 9):
-        raise SandboxError(f"cannot create user {name!r}: {proc.stderr.strip()}")
-    return pwd.getpwnam(name)
 
 
 @functools.cache
@@ -307,7 +474,10 @@ def namespaces_available() -> bool:
     :func:`network_namespace_prefix`)."""
     try:
         probe = subprocess.run(
-            [*network_namespace_prefix(), "--", "true"], capture_output=True, check=False
+            # --pid too: the jail makes each child a PID namespace of its own.
+            [*network_namespace_prefix(), "--pid", "--", "true"],
+            capture_output=True,
+            check=False,
         )
     except OSError:
         return False
@@ -317,19 +487,27 @@ def namespaces_available() -> bool:
 def network_namespace_prefix(network: bool = True) -> list[str]:
     """The ``unshare`` command that gives a process an empty network namespace: as root with
     a mount namespace of its own too (for ``jail.py``), otherwise inside a user namespace
-    that maps this user to itself. Without ``network``, a root's mount namespace alone."""
+    whose root is this user, with a mount namespace for ``jail.py``'s confinement (which
+    makes the child's PID namespace itself). Without ``network``, the same without the
+    network namespace."""
+    net = ["--net"] if network else []
     if os.geteuid() == 0:
-        return ["unshare", "--mount", *(["--net"] if network else [])]
-    return ["unshare", "--user", "--map-current-user", "--net"]
+        return ["unshare", "--mount", *net]
+    return ["unshare", "--user", "--map-root-user", "--mount", *net]
 
 
-def _python_dirs() -> list[str]:
+def _python_dirs(script: bool = True) -> list[str]:
     """The directories the child's Python needs: its installation, the virtual environment,
-    everything on ``sys.path`` (site-packages) and the folder kernelwatch's packages are
-    imported from, which an editable install reaches through a finder, not ``sys.path``."""
+    everything on ``sys.path`` (site-packages) and ``PYTHONPATH``, and the folder
+    kernelwatch's packages are imported from, which an editable install reaches through a
+    finder, not ``sys.path``. Without ``script``, not the first entry of ``sys.path`` (this
+    process's script's directory or working directory, which a child started with ``-m`` in
+    its own home does not import from, and which may be ``/tmp`` itself)."""
     kernelwatch = str(Path(__file__).resolve().parent.parent)
     dirs = {sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent), kernelwatch}
-    dirs.update(p for p in sys.path if p and os.path.isdir(p))
+    paths = sys.path if script else sys.path[1:]
+    extra = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    dirs.update(p for p in [*paths, *extra] if p and os.path.isdir(p))
     return sorted(dirs)
 
 

@@ -117,9 +117,11 @@ class BenchRequest(CheckRequest):
 class ABRequest(BenchRequest):
     """What to time A/B: every selected case of suite A (``suite``: a PR's base, or the
     known-good commit of a bisection) interleaved with the same case of suite B
-    (``suite_b``: the head, or the probed commit), both imported by one child process, on
-    one device, through one timer (:class:`BenchOptions`; the stock-library baseline is not
-    timed). The cases are the selection on A's suite, then those only B's suite has."""
+    (``suite_b``: the head, or the probed commit), each imported by a child process of its
+    own, on one device, with one timing method (:class:`BenchOptions`; the stock-library
+    baseline is not timed). The cases are the selection on A's suite, then those only B's
+    suite has. Its ``plan`` is the runner's ``ab`` mode's (both suites in one child), which
+    only distributed cases still use."""
 
     suite_b: SuiteRef = field(default_factory=SuiteRef)
     mode = "ab"
@@ -171,12 +173,14 @@ def run_ab(
     request: ABRequest, on_plan: Callable[[int], None] | None = None
 ) -> Iterator[ABMeasurement]:
     """Like :func:`run_benches`, timing each case at A and B interleaved: yields one A/B
-    record per case. A crash, hang or NaN output on either side makes that case ``error``
-    (with the stderr tail or traceback) and a fresh child resumes at the next case; a case
-    one side lacks is ``unsupported``."""
-    for record in _supervise(request, _Context(), on_plan):
-        assert isinstance(record, ABMeasurement)
-        yield record
+    record per case, A and B each in a child process and sandbox of its own
+    (``ab_sides.py``), the distributed cases after the others. A crash, hang or NaN output
+    on either side makes that case ``error`` naming the side (with the stderr tail or
+    traceback), and a fresh child of that side serves the next case; a case one side lacks
+    is ``unsupported``."""
+    from kernelwatch.harness.ab_sides import run_sides
+
+    yield from run_sides(request, on_plan, (SelectionUnavailable, SuiteError))
 
 
 def _supervise(

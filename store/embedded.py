@@ -2,7 +2,9 @@
 directory when no database URL is configured, and reuses across runs.
 
 Layout of the directory: ``data/`` (PGDATA), ``run/`` (the Unix socket; no TCP port is
-opened, so the socket directory's permissions are the access control), ``server.log`` and
+opened, and only the directory's owner reaches the socket), ``passfile`` (the superuser's
+password, in libpq's format: local connections authenticate with SCRAM, so a process that
+reaches the socket without it is refused), ``server.log`` and
 ``lock`` (serialises concurrent starts). PostgreSQL refuses to run as root, so as root the
 server runs as an unprivileged user (``postgres`` where it exists, else a ``kernelwatch``
 system user that is created) who owns the directory.
@@ -24,6 +26,7 @@ import importlib.util
 import os
 import pwd
 import re
+import secrets
 import shutil
 import socket
 import stat
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+import psycopg.sql
 
 PG_BIN_ENV = "KERNELWATCH_PG_BIN"
 PG_USER_ENV = "KERNELWATCH_PG_USER"
@@ -47,7 +51,10 @@ _START_TIMEOUT_S = 60
 #: Written into a directory kernelwatch made (or found empty): the only kind it will change.
 MARKER = ".kernelwatch-embedded"
 #: Every name kernelwatch puts in its directory.
-_LAYOUT = ("data", "run", "server.log", "lock", "command.log", MARKER)
+_LAYOUT = ("data", "run", "server.log", "lock", "command.log", "passfile", MARKER)
+#: How every connection authenticates (a cluster an earlier kernelwatch made with ``trust``
+#: is moved to it on its next start).
+_AUTH = "scram-sha-256"
 # Local, single-tenant server: fewer checkpoints during bulk ingest; everything else default.
 _SETTINGS = {
     "listen_addresses": "''",
@@ -93,9 +100,17 @@ class EmbeddedServer:
     def socket_file(self) -> Path:
         return self.socket_dir / f".s.PGSQL.{PORT}"
 
+    @property
+    def password_file(self) -> Path:
+        return self.root / "passfile"
+
     def url(self, database: str = DATABASE) -> str:
-        """The libpq URL of ``database`` on this server (Unix socket, trust authentication)."""
-        return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={PORT}"
+        """The libpq URL of ``database`` on this server: its Unix socket, and the password
+        file the superuser's password is read from (no password in the URL itself)."""
+        return (
+            f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={PORT}"
+            f"&passfile={self.password_file}"
+        )
 
     def ensure_running(self) -> ServerState:
         """Create the cluster if missing, start it if stopped, and create the ``kernelwatch``
@@ -116,6 +131,7 @@ class EmbeddedServer:
             if not self.is_running():
                 self._start(bin_dir, user)
                 started = True
+            self._require_password(user)
             self._create_database()
         return ServerState(started=started, pid=self.pid(), version=_version(bin_dir))
 
@@ -245,19 +261,28 @@ class EmbeddedServer:
         # The directory is kernelwatch's (_claim) and no server uses it.
         if self.data_dir.exists():
             shutil.rmtree(self.data_dir)
-        self._run(
-            [
-                str(bin_dir / "initdb"),
-                "-D",
-                str(self.data_dir),
-                "-U",
-                SUPERUSER,
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--locale=C",
-            ],
-            user,
-        )
+        password = self._new_password(user)
+        initial = self.root / "initdb.pw"
+        with os.fdopen(_open_private(initial, os.O_TRUNC), "w") as handle:
+            handle.write(password + "\n")
+        _give_to(initial, user)
+        try:
+            self._run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    SUPERUSER,
+                    f"--auth={_AUTH}",
+                    f"--pwfile={initial}",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                ],
+                user,
+            )
+        finally:
+            initial.unlink(missing_ok=True)
         settings = "".join(f"{k} = {v}\n" for k, v in _SETTINGS.items())
         settings += f"unix_socket_directories = '{self.socket_dir}'\n"
         with open(self.data_dir / "postgresql.auto.conf", "a") as conf:
@@ -287,6 +312,33 @@ class EmbeddedServer:
                 f"{exc}; the server log {self.log_file} ends: {_last_line(self.log_file, written)}"
             ) from exc
 
+    def _new_password(self, user: str | None) -> str:
+        """A fresh random password for the superuser, written to :attr:`password_file`
+        (0600, the server user's) in libpq's format, for every database on this socket."""
+        password = secrets.token_urlsafe(32)
+        with os.fdopen(_open_private(self.password_file, os.O_TRUNC), "w") as handle:
+            handle.write(f"*:*:*:{SUPERUSER}:{password}\n")
+        _give_to(self.password_file, user)
+        return password
+
+    def _require_password(self, user: str | None) -> None:
+        """Move a cluster an earlier kernelwatch made with trust authentication (anyone who
+        reached the socket was the superuser) to passwords: a password set for the superuser,
+        ``trust`` replaced in pg_hba.conf, the configuration reloaded."""
+        hba = self.data_dir / "pg_hba.conf"
+        lines = hba.read_text().splitlines(keepends=True)
+        trusting = [i for i, line in enumerate(lines) if re.search(r"^[^#]*\btrust\b", line)]
+        if not trusting and self.password_file.is_file():
+            return
+        password = self._new_password(user)
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                psycopg.sql.Identifier(SUPERUSER), psycopg.sql.Literal(password)))  # fmt: skip
+            for index in trusting:
+                lines[index] = re.sub(r"\btrust\b", _AUTH, lines[index])
+            hba.write_text("".join(lines))
+            conn.execute("SELECT pg_reload_conf()")
+
     def _create_database(self) -> None:
         with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
@@ -309,6 +361,13 @@ class EmbeddedServer:
             )
         if result.returncode != 0:
             raise EmbeddedError(f"{Path(argv[0]).name} failed in {self.root}: {_last_line(out)}")
+
+
+def _give_to(path: Path, user: str | None) -> None:
+    """``path`` the server user's (it reads the initial password; it owns its directory)."""
+    if user is not None:
+        entry = pwd.getpwnam(user)
+        os.lchown(path, entry.pw_uid, entry.pw_gid)
 
 
 def _open_private(path: Path, mode: int) -> int:

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from pg_roles import set_passwords
 
 from kernelwatch.harness.device import Device, select_device
 
@@ -158,6 +159,7 @@ def pg_server():
     server = EmbeddedServer(root)
     server.ensure_running()
     migrate.upgrade(server.url())
+    set_passwords(server.url("postgres"))
     yield server
     if not shared:
         server.stop(mode="immediate")  # its data is deleted next: no checkpoint needed

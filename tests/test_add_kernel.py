@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from factories import measurement, run, run_info
+from pg_roles import as_role
 from test_builtin_suite import (
     check_has_a_family,
     check_llm_workload_spans_decode_to_long_prefill,
@@ -148,7 +149,7 @@ def test_check_passes_and_the_picker_shows_the_spec_family(kernelwatch_cli, suit
         for v in d["templating"]["list"]
         if v["name"] == "kernel"
     ]
-    reader = store_url.replace("postgres@", "kernelwatch_reader@", 1)
+    reader = as_role(store_url, "kernelwatch_reader")
     with psycopg.connect(reader) as conn:
         rows = conn.execute(picker.replace("$repository", REPOSITORY)).fetchall()
     assert rows == [("pointwise / scale_rows", "scale_rows")]

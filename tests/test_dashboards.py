@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import psycopg
 import pytest
+from pg_roles import as_role
 from synthetic_fleet import (
     COMM_PEAK_GBPS,
     COMM_SIZES,
@@ -246,7 +247,7 @@ def seeded(pg_server):
             "WHERE k.name = 'flash_attention' AND s.device_model = %s ORDER BY 1",
             (MODELS[B200][0],),
         )]  # fmt: skip
-    reader = url.replace("postgres@", "kernelwatch_reader@", 1)
+    reader = as_role(url, "kernelwatch_reader")
     return SimpleNamespace(
         url=url, reader=reader, report=report, regression_id=regression_id,
         planted_key=planted_key, pr_head=pr_head, quarter_keys=quarter_keys,

@@ -18,13 +18,22 @@ MULTI_GPU = K8S / "multi-gpu"
 
 
 def test_the_multi_gpu_job_takes_a_whole_node_and_is_a_valid_job():
+    """The node's eight GPUs are its runner's (runner.yaml, where the kernels run); the flow
+    run's pod sits beside that runner on the same node and holds no GPU (issue 29)."""
     template = json.loads((MULTI_GPU / "gpu-h100x8.json").read_text())
     job = rendered_job(template)
-    (container,) = job["spec"]["template"]["spec"]["containers"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
     assert kubernetes_validate.validate(job, KUBERNETES, strict=True)
-    assert container["resources"]["requests"] == {"nvidia.com/gpu": 8}
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
-    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    (runner,) = yaml.safe_load_all((MULTI_GPU / "runner.yaml").read_text())
+    assert kubernetes_validate.validate(runner, KUBERNETES, strict=True)
+    (runs,) = runner["spec"]["template"]["spec"]["containers"]
+    assert runs["resources"]["requests"]["nvidia.com/gpu"] == 8
+    assert runs["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in runs["volumeMounts"]
+    (near,) = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert near["labelSelector"]["matchLabels"] == runner["spec"]["template"]["metadata"]["labels"]
 
 
 def test_the_multi_gpu_worker_is_a_valid_deployment_of_its_pool():

@@ -1,10 +1,13 @@
-"""A host without what the sandbox needs (gVisor-like images: no ``useradd``, no ``unshare``,
-no user namespaces): the built-in suite, which is trusted, runs with what is left and the
-sandbox says what is missing; a commit's code is refused with an error that says what to do."""
+"""A host without what the sandbox needs (gVisor-like images: no ``unshare``, no user
+namespaces): the built-in suite, which is trusted, runs with what is left and the sandbox says
+what is missing; a commit's code is refused with an error that says what to do. As root, each
+sandbox leases a uid of its own, which needs no account (so no ``useradd``)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -16,38 +19,64 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user is cr
 
 @pytest.fixture
 def bare_host(tmp_path, monkeypatch):
-    """No useradd, no unshare on PATH, and a sandbox user that does not exist yet."""
+    """No ``unshare`` on PATH (no namespace can be made) and no account named."""
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     monkeypatch.delenv(sandbox_module.USER_ENV, raising=False)
-    monkeypatch.setattr(sandbox_module, "DEFAULT_USER", "kw-absent-sandbox-user")
     sandbox_module.namespaces_available.cache_clear()
     yield
     sandbox_module.namespaces_available.cache_clear()
 
 
 @root_only
-def test_untrusted_code_is_refused_where_the_sandbox_user_cannot_be_made(bare_host):
+def test_untrusted_code_is_refused_where_no_namespace_can_be_made(bare_host):
     with pytest.raises(SandboxError) as refused, sandbox():
         pass
     message = str(refused.value)
-    assert "useradd cannot run here" in message
-    assert sandbox_module.USER_ENV in message  # what to do instead
+    assert message.startswith("untrusted kernel code is refused here")
+    assert "runner" in message and "docs/SECURITY.md" in message  # what to do instead
 
 
 @root_only
-def test_the_trusted_suite_runs_unsandboxed_there_and_the_sandbox_says_so(bare_host):
+def test_the_trusted_suite_runs_with_what_is_left_and_the_sandbox_says_so(bare_host):
     with held_sandbox(trusted=True) as box:
-        assert box.identity is None and not box.namespaces
+        assert not box.namespaces
+        # A uid of its own where this Python is readable by one; this process's otherwise.
+        assert box.identity is None or box.identity.uid in sandbox_module.UID_POOL
         line = box.describe()
         # Inside the block every run's sandbox is this one: one Triton cache for all.
         with sandbox() as inner:
             assert inner is box
-    assert line.startswith("unsandboxed: cannot create user 'kw-absent-sandbox-user'")
-    assert "the built-in suite is trusted" in line
     assert "no network namespace: `unshare` is missing or refused here" in line
+    if box.identity is None:
+        assert line.startswith("unsandboxed: ") and "the built-in suite is trusted" in line
     assert not box.root.exists()
+
+
+@root_only
+def test_a_named_account_that_does_not_exist_is_a_one_line_error(monkeypatch):
+    monkeypatch.setenv(sandbox_module.USER_ENV, "kw-absent-sandbox-user")
+    refused = pytest.raises(SandboxError, match="no user 'kw-absent-sandbox-user' on this")
+    with refused, sandbox():
+        pass
+
+
+@root_only
+def test_concurrent_sandboxes_are_different_users_and_leave_nothing_behind(monkeypatch):
+    """The two sides of a pair, two runs on one host: each sandbox leases a uid of its own
+    (finding 4: one shared uid let a left-behind process reach later runs), and what that
+    uid wrote in the shared temporary directory is gone once the sandbox is."""
+    monkeypatch.delenv(sandbox_module.USER_ENV, raising=False)
+    with sandbox() as first, sandbox() as second:
+        uids = {first.identity.uid, second.identity.uid}
+        assert len(uids) == 2 and uids <= set(sandbox_module.UID_POOL)
+        left = Path(tempfile.gettempdir()) / f"kw-left-by-{first.identity.uid}"
+        left.write_text("for whoever gets this uid next")
+        os.chown(left, first.identity.uid, first.identity.uid)
+    assert not left.exists()
+    with sandbox() as again:
+        assert again.identity.uid in uids  # released, so taken again
 
 
 def test_a_held_sandbox_is_shared_and_removed_once_at_the_end():

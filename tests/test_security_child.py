@@ -176,7 +176,7 @@ def test_result_channel_refuses_unsigned_reordered_and_replayed_lines():
 def test_sandbox_setup_error_is_one_line_not_a_traceback(kernelwatch_cli, monkeypatch):
     monkeypatch.setenv("KERNELWATCH_SANDBOX_USER", "no-such-sandbox-user")
     proc = kernelwatch_cli("check", "-k", "rms_norm", "--workload", "smoke")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr == (
         "error: no user 'no-such-sandbox-user' on this machine; create it or unset "
         "KERNELWATCH_SANDBOX_USER\n"

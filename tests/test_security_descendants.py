@@ -122,3 +122,50 @@ def test_without_a_sandbox_user_or_namespaces_nothing_outlives_the_child(tmp_pat
     finally:
         if _alive(pid):
             os.kill(pid, 9)
+
+
+def test_a_child_sees_no_other_runs_directory_or_process():
+    """Every run's children share one sandbox user (finding 4: a process left behind could
+    stop later runs' children, read their Triton caches): each child has a PID namespace of
+    its own and the temporary directory covered, so another run's directory and processes
+    are not there to reach."""
+    import subprocess
+    import sys
+
+    from kernelwatch.harness.sandbox import namespaces_available
+
+    if not namespaces_available():
+        pytest.skip("no namespaces here: untrusted code is refused instead")
+    probe = (
+        "import os, sys; print(os.path.exists(sys.argv[1]));"
+        "print(len([p for p in os.listdir('/proc') if p.isdigit()]))"
+    )
+    with sandbox() as first, sandbox() as second:
+        other = subprocess.Popen(
+            first.command(["sleep", "60"]), env=first.env(), cwd=first.home,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            seen = subprocess.run(
+                second.command([sys.executable, "-c", probe, str(first.root)]),
+                env=second.env(), cwd=second.home, capture_output=True, text=True, check=True,
+            ).stdout.split()  # fmt: skip
+        finally:
+            os.killpg(other.pid, 9)
+            other.wait()
+    assert seen[0] == "False", "another run's sandbox directory is visible"
+    assert int(seen[1]) <= 3, f"{seen[1]} processes visible: not only the child's own"
+
+
+def test_an_endless_line_on_the_result_channel_is_refused_not_buffered(monkeypatch):
+    """Kernel code can find the channel's descriptor; one line without an end must cost the
+    parent a bounded read, not its memory."""
+    import io
+
+    from kernelwatch.harness import child as child_module
+    from kernelwatch.harness.channel import Forged, Reader, new_key
+
+    monkeypatch.setattr(child_module, "MAX_LINE", 1024)
+    items = child_module.event_queue(io.BytesIO(b"x" * 10_000), Reader(new_key()))
+    refused = items.get(timeout=10)
+    assert isinstance(refused, Forged) and "more than 1024 bytes" in str(refused)

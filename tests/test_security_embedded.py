@@ -16,6 +16,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer
@@ -136,3 +137,32 @@ def test_embedded_server_start_error_shows_the_server_logs_last_line(scratch):
     message = str(caught.value)
     assert "postgresql.conf" in message, message
     assert message.count("\n") == 0
+
+
+def test_every_connection_to_the_embedded_server_authenticates(scratch):
+    """Reaching the socket is not enough (issue 29, finding 2: a child that reached it was
+    the superuser): without the password file the server refuses, and a cluster an earlier
+    kernelwatch made with trust authentication is moved to passwords on its next start."""
+    server = EmbeddedServer(scratch / "pg")
+    server.ensure_running()
+    hba = server.data_dir / "pg_hba.conf"
+    trusting = re.compile(r"^[^#]*\btrust\b", re.MULTILINE)
+
+    def refused_without_password() -> bool:
+        try:
+            psycopg.connect(server.url("postgres").split("&passfile=")[0]).close()
+        except psycopg.OperationalError as exc:
+            return "password" in str(exc)
+        return False
+
+    assert not trusting.search(hba.read_text())
+    assert refused_without_password()
+    assert stat.S_IMODE(server.password_file.stat().st_mode) == 0o600
+    server.stop()
+    hba.write_text(hba.read_text().replace("scram-sha-256", "trust"))
+    server.password_file.unlink()
+    assert server.ensure_running().started
+    assert not trusting.search(hba.read_text())
+    assert refused_without_password()
+    with psycopg.connect(server.url("postgres")) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 import yaml
 from k8s_manifests import K8S, KUBERNETES, documents, job_templates, kustomizations
+from pg_roles import set_passwords
 
 ROOT = Path(__file__).parent.parent
 INFRA = ROOT / "infra"
@@ -97,7 +98,15 @@ def test_prefect_server_requires_authentication_and_publishes_on_loopback_only()
     for name, doc in documents().items():
         if doc["kind"] == "Deployment":
             (container,) = doc["spec"]["template"]["spec"]["containers"]
-            assert "PREFECT_API_AUTH_STRING" in {e["name"] for e in container["env"]}, name
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            # A file of the Secret's volume, read into the variable by the worker's script.
+            secret_dir = _secret_mounts(doc["spec"]["template"]["spec"], container)
+            path = Path(env["PREFECT_API_AUTH_STRING_FILE"])
+            assert str(path.parent) in secret_dir, name
+            assert (
+                'PREFECT_API_AUTH_STRING="$(cat "$PREFECT_API_AUTH_STRING_FILE")"'
+                in (container["args"][0])
+            ), name
 
 
 def test_grafana_and_prefect_publish_on_loopback_only():
@@ -193,6 +202,7 @@ def test_prefect_uses_its_own_database_role_not_the_superuser(pg_server, store_u
         **os.environ,
         "PATH": f"{_pg_bin()}:{os.environ['PATH']}",
         "PGHOST": str(pg_server.socket_dir),
+        "PGPASSFILE": str(pg_server.password_file),  # every role authenticates there
         "POSTGRES_USER": "postgres",
         "POSTGRES_DB": database,
         "KERNELWATCH_READER_PASSWORD_FILE": str(files["reader"]),
@@ -214,11 +224,16 @@ def test_prefect_uses_its_own_database_role_not_the_superuser(pg_server, store_u
                 "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'prefect'"
             ).fetchone()
             assert owner == ("prefect",)
+        logins = {
+            "prefect": "prefect:prefect-pw@",
+            "kernelwatch_writer": "kernelwatch_writer:writer-pw@",
+        }
         for role, target in (("prefect", database), ("kernelwatch_writer", "prefect")):
             with pytest.raises(psycopg.OperationalError, match="permission denied"):
-                psycopg.connect(pg_server.url(target).replace("postgres@", f"{role}@"))
-        psycopg.connect(pg_server.url("prefect").replace("postgres@", "prefect@")).close()
+                psycopg.connect(pg_server.url(target).replace("postgres@", logins[role]))
+        psycopg.connect(pg_server.url("prefect").replace("postgres@", logins["prefect"])).close()
     finally:
+        set_passwords(pg_server.url("postgres"))  # the script set the roles' own
         with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
             conn.execute("DROP DATABASE IF EXISTS prefect WITH (FORCE)")
             conn.execute("DROP ROLE IF EXISTS prefect")
@@ -239,18 +254,27 @@ def _job_pods() -> dict[str, dict]:
 
 
 def test_worker_and_jobs_keep_only_the_sandbox_capabilities_and_never_run_kernels_as_root():
-    worker = _compose()["services"]["worker-h100"]
-    assert worker["cap_drop"] == ["ALL"] and worker["cap_add"] == SANDBOX_CAPABILITIES
-    assert "no-new-privileges:true" in worker["security_opt"]
+    services = _compose()["services"]
+    runner = services["runner-h100"]
+    assert runner["cap_drop"] == ["ALL"] and runner["cap_add"] == SANDBOX_CAPABILITIES
+    # The worker runs no kernel code: it needs no capability at all.
+    worker = services["worker-h100"]
+    assert worker["cap_drop"] == ["ALL"] and "cap_add" not in worker
+    for service in (worker, runner):
+        assert "no-new-privileges:true" in service["security_opt"]
     assert _job_pods(), "no base job template found"
-    for name, pod in _job_pods().items():
+    for name, pod in [*_job_pods().items(), *_runner_pods().items()]:
         spec = pod["spec"]
         assert spec["automountServiceAccountToken"] is False, name
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
         for container in spec["containers"]:
             context = container["securityContext"]
             assert context["allowPrivilegeEscalation"] is False, name
-            assert context["capabilities"] == {"drop": ["ALL"], "add": SANDBOX_CAPABILITIES}
+            # A flow-run pod with a runner starts no kernel code: no capability. The runner,
+            # and the multi-node pool's pods (which still run their ranks), the sandbox's.
+            split = name in _runner_pods() or RUNNER_DIR not in _env(container)
+            wanted = {"drop": ["ALL"], "add": SANDBOX_CAPABILITIES} if split else {"drop": ["ALL"]}
+            assert context["capabilities"] == wanted, name
     # The Prefect workers run no kernel code: no root, no capabilities at all.
     deployments = [d for d in documents().values() if d["kind"] == "Deployment"]
     assert deployments
@@ -267,8 +291,9 @@ def test_worker_and_jobs_keep_only_the_sandbox_capabilities_and_never_run_kernel
 _SANDBOXED_CHILD = """
 import os, shutil, signal, subprocess, tempfile
 from pathlib import Path
-from kernelwatch.harness.sandbox import Sandbox, _give, sandbox_identity
-identity = sandbox_identity()
+from kernelwatch.harness.sandbox import Sandbox, _give, leased_identity
+lease = leased_identity()
+identity = lease.__enter__()
 root = Path(tempfile.mkdtemp(prefix="kw-caps-"))
 try:
     for sub in ("home", "tmp", "triton", "suites"):
@@ -285,6 +310,7 @@ try:
     assert uid == str(identity.uid), f"the child ran as uid {uid}"
 finally:
     shutil.rmtree(root)
+    lease.__exit__(None, None, None)
 """
 
 
@@ -328,3 +354,150 @@ def test_kubernetes_jobs_reach_only_the_database_prefect_dns_and_public_https():
                 for private in ("10.1.2.3", "172.20.0.1", "192.168.1.1", "169.254.169.254"):
                     assert any(ipaddress.ip_address(private) in n for n in excluded), private
                 assert {p["port"] for p in rule["ports"]} == {443}
+
+
+# --- the runner split (issue 29): kernel code runs where nothing is worth taking ---
+
+RUNNER_DIR = "KERNELWATCH_RUNNER_DIR"
+EXCHANGE = "/var/lib/kernelwatch/exchange"
+#: The names secrets go by (harness/sandbox.py's ``_SECRET``, which the runner refuses).
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|DSN", re.IGNORECASE)
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
+
+
+def _secret_mounts(spec: dict, container: dict) -> set[str]:
+    """Where ``container`` mounts a volume made of a Secret (or a projected token)."""
+    secret = {v["name"] for v in spec.get("volumes", []) if "secret" in v or "projected" in v}
+    return {m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in secret}
+
+
+def _runner_pods() -> dict[str, dict]:
+    """The pod templates of every runner (label app.kubernetes.io/name: kernelwatch-runner)."""
+    return {
+        name: doc["spec"]["template"]
+        for name, doc in documents().items()
+        if doc["kind"] in ("DaemonSet", "Deployment", "StatefulSet")
+        and doc["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/name")
+        == "kernelwatch-runner"
+    }
+
+
+def _mounts(volumes: list[str]) -> dict[str, bool]:
+    """Compose short volume syntax: each target path, and whether it is mounted read-only."""
+    found = {}
+    for entry in volumes:
+        parts = entry.split(":")
+        found[parts[1]] = len(parts) > 2 and "ro" in parts[2].split(",")
+    return found
+
+
+def test_the_compose_runner_holds_no_secret_and_has_no_network():
+    services = _compose()["services"]
+    runner = services["runner-h100"]
+    assert runner["network_mode"] == "none" and "networks" not in runner
+    assert "secrets" not in runner and "ports" not in runner
+    env = runner.get("environment", {})
+    assert not [n for n in env if SECRET_NAME.search(n)], env
+    assert not {"KERNELWATCH_CONFIG", RUNNER_DIR, "PREFECT_API_URL"} & set(env)
+    assert runner["command"][:3] == ["kernelwatch", "runner", "serve"]
+    assert runner["read_only"] is True
+    assert runner["pids_limit"] > 0 and runner["mem_limit"]
+    mounts = _mounts(runner["volumes"])
+    assert mounts == {f"{EXCHANGE}/requests": True, f"{EXCHANGE}/results": False}
+    assert runner["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+
+
+def test_the_compose_worker_reports_and_runs_no_kernel_code():
+    services = _compose()["services"]
+    worker, runner = services["worker-h100"], services["runner-h100"]
+    assert worker["environment"][RUNNER_DIR] == EXCHANGE
+    mounts = _mounts(worker["volumes"])
+    assert mounts[f"{EXCHANGE}/requests"] is False and mounts[f"{EXCHANGE}/results"] is True
+    # The same volumes at the same paths on both sides (staged suites keep their paths).
+    sources = lambda service: {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}  # noqa: E731
+    for path in (f"{EXCHANGE}/requests", f"{EXCHANGE}/results"):
+        assert sources(worker)[path] == sources(runner)[path]
+    assert "deploy" not in worker, "the worker needs no GPU: the runner holds it"
+
+    # Of the services that run kernelwatch's code on the GPU host, only the worker (the
+    # reporter) holds a credential.
+    def holds(service: dict) -> bool:
+        env = service.get("environment", {})
+        return bool(service.get("secrets")) or any(SECRET_NAME.search(n) for n in env)
+
+    ours = {n: s for n, s in services.items() if s.get("image") == "kernelwatch-worker"}
+    # migrate is the one-shot schema upgrade (the owner's password), before any run.
+    assert {n for n, s in ours.items() if holds(s)} == {"worker-h100", "migrate"}
+
+
+def test_the_kubernetes_runners_hold_no_secret_no_token_and_have_limits():
+    runners = _runner_pods()
+    assert {n.split("#")[0] for n in runners} == {"runners.yaml", "multi-gpu/runner.yaml"}
+    for name, pod in runners.items():
+        spec = pod["spec"]
+        assert spec["automountServiceAccountToken"] is False, name
+        assert spec.get("enableServiceLinks") is False, name
+        assert not [v for v in spec["volumes"] if "secret" in v or "projected" in v], name
+        for container in spec["containers"]:
+            assert "envFrom" not in container, name
+            env = container.get("env", [])
+            assert not [e for e in env if "valueFrom" in e or SECRET_NAME.search(e["name"])]
+            assert container["command"][:3] == ["kernelwatch", "runner", "serve"], name
+            limits = container["resources"]["limits"]
+            assert limits["memory"] and limits["ephemeral-storage"] and limits["nvidia.com/gpu"]
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+            assert mounts[f"{EXCHANGE}/requests"] is True and mounts[f"{EXCHANGE}/results"] is False
+
+
+def test_the_kubernetes_runners_reach_nothing_and_nothing_reaches_them():
+    policies = [d for d in documents().values() if d["kind"] == "NetworkPolicy"]
+    assert _runner_pods(), "no runner found under infra/k8s"
+    for name, pod in _runner_pods().items():
+        labels = pod["metadata"]["labels"]
+        selecting = [
+            p for p in policies
+            if p["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items()
+            and not p["spec"]["podSelector"].get("matchExpressions")
+        ]  # fmt: skip
+        assert [p["metadata"]["name"] for p in selecting] == ["kernelwatch-runner"], name
+        (deny,) = selecting
+        assert sorted(deny["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+        assert deny["spec"]["ingress"] == [] and deny["spec"]["egress"] == []
+        # No flow-run pod's policy selects the runners by accident.
+        assert labels["app.kubernetes.io/name"] != "kernelwatch-job"
+
+
+def test_kubernetes_flow_runs_meet_their_runner_through_split_exchange_volumes():
+    runners = {pod["metadata"]["labels"]["kernelwatch.dev/pool"]: pod
+               for pod in _runner_pods().values()}  # fmt: skip
+    split = {n: p for n, p in _job_pods().items() if not n.startswith("multi-node/")}
+    assert split
+    for name, pod in split.items():
+        spec = pod["spec"]
+        (container,) = spec["containers"]
+        assert _env(container)[RUNNER_DIR] == EXCHANGE, name
+        assert "nvidia.com/gpu" not in container["resources"].get("limits", {}), name
+        pool = pod["metadata"]["labels"]["kernelwatch.dev/pool"]
+        runner = runners[pool]
+        host = lambda s: {v["name"]: v["hostPath"]["path"] for v in s["volumes"] if "hostPath" in v}  # noqa: E731
+        mine, theirs = host(spec), host(runner["spec"])
+        assert sorted(mine.values()) == sorted(theirs.values()), name
+        mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+        assert mounts[f"{EXCHANGE}/requests"] is False and mounts[f"{EXCHANGE}/results"] is True
+        (near,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert near["labelSelector"]["matchLabels"] == runner["metadata"]["labels"]
+        assert near["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_no_secret_reaches_a_pod_as_an_environment_variable():
+    raw = [p for p in K8S.rglob("*") if p.suffix in (".yaml", ".yml", ".json")]
+    for path in raw:
+        text = path.read_text()
+        assert "envFrom" not in text and "secretKeyRef" not in text, path
+    for name, doc in documents().items():
+        text = json.dumps(doc)
+        assert '"envFrom"' not in text and '"secretKeyRef"' not in text, name

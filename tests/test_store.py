@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
+from pg_roles import as_role
 from synthetic_fleet import MODELS, Fleet, add_regressions, fleet_runs
 
 from kernelwatch.config.database import StoreConfig
@@ -219,8 +220,8 @@ def test_method_change_is_annotated(store_url):
 
 def test_roles(store_url):
     run = small_runs(series=3, days=1, pr=0)[0]
-    writer = store_url.replace("postgresql://postgres@", "postgresql://kernelwatch_writer@")
-    reader = store_url.replace("postgresql://postgres@", "postgresql://kernelwatch_reader@")
+    writer = as_role(store_url, "kernelwatch_writer")
+    reader = as_role(store_url, "kernelwatch_reader")
     with psycopg.connect(writer) as conn:
         assert Ingester(conn).ingest(run).stored
     with psycopg.connect(reader) as conn:

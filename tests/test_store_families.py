@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import psycopg
 from factories import CASE, WHEN, build, measurement, run, run_info
+from pg_roles import as_role
 
 from kernelwatch.harness.records import FAMILY_WORDS, default_family
 from kernelwatch.store import migrate
@@ -51,7 +52,7 @@ def test_kernels_stored_before_families_take_the_family_their_name_gives(pg_serv
 
 
 def _families(url: str) -> dict[str, str]:
-    reader = url.replace("postgres@", "kernelwatch_reader@", 1)
+    reader = as_role(url, "kernelwatch_reader")
     with psycopg.connect(reader) as conn:
         return dict(conn.execute("SELECT kernel, family FROM report_kernels").fetchall())
 

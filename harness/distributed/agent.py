@@ -145,7 +145,7 @@ def _start_rank(rank: int, box: Sandbox, link: _Link) -> subprocess.Popen[bytes]
     """Start one rank in the sandbox; a thread relays its lines, then how it ended."""
     stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed by the relay)
     proc = subprocess.Popen(
-        box.command([sys.executable, "-m", RANK]),
+        box.command([sys.executable, "-m", RANK], own_pids=False),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,

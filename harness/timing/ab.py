@@ -1,22 +1,29 @@
-"""Time one case at two commits interleaved: the per-case driver of the runner's ``ab`` mode.
+"""Time one case at two commits interleaved.
 
-Runs in the runner child, with both commits' suites imported side by side
-(``suite.load_suite_isolated``). For each case: A's fresh seeded inputs, shared by both
-sides; one launch of each side that fixes its config, whose outputs must be finite (a NaN
-or Inf output is that case's error, as the correctness check would call it); then A and B
-sampled alternately through one timer (``timing.time_arms``). B launches the config A's
-autotuner chose when B's tuning space has it (``config_source`` ``shared``): two autotuning
-runs that pick different configs in a near tie would otherwise read as a code change. When
-B's space lacks it, B tunes itself and the verdict says the configs differed.
-Each side becomes a full :class:`Measurement`, built by ``bench``'s builder
-(``timing/measurement.py``), so the flows can store each in its own commit's run.
+:class:`ABArm` is one side of a pair in a process of its own (the runner's ``arm`` mode,
+driven by ``harness/ab_sides.py`` in the parent): the commit under test is untrusted, and a
+head that shared the base's process could patch what the base's launches and timer run
+(``gc``, ``object.__setattr__``, Triton's launcher) and slow only those. Per case: fresh
+seeded inputs of its own suite; one launch that fixes its config, whose outputs must be
+finite (a NaN or Inf output is that case's error, as the correctness check would call it);
+a warm-up; blocks of samples when the parent asks, which alternates the two sides'
+blocks under one stopping rule; then its :class:`Measurement`, built by ``bench``'s
+builder (``timing/measurement.py``), so the flows can store each in its own commit's run.
+B launches the config A's autotuner chose when B's tuning space has it (``config_source``
+``shared``): two autotuning runs that pick different configs in a near tie would otherwise
+read as a code change. When B's space lacks it, B tunes itself and the verdict says the
+configs differed.
+
+:meth:`ABSession.measure_pair` times both sides in one process, sample by sample through
+one timer (``timing.time_arms``), on A's inputs: the distributed cases' ranks
+(``distributed/rank_case.py``) and the tests that need no second process.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -34,7 +41,8 @@ from kernelwatch.harness.suite import Task
 from kernelwatch.harness.timing.case import BenchSession, Prepared, Work, prepare, work
 from kernelwatch.harness.timing.measurement import Run, ab_pair
 from kernelwatch.harness.timing.pinning import pinned_config
-from kernelwatch.harness.timing.sampling import Sample
+from kernelwatch.harness.timing.sampling import Sample, warm_up
+from kernelwatch.harness.timing.telemetry import State, sampled
 
 #: ``config_source`` of a B side launching the config A's autotuner chose.
 SHARED = "shared"
@@ -119,15 +127,118 @@ class ABSession(BenchSession):
         }
 
 
+class ABArm:
+    """One side of an A/B pair, in a process of its own: prepare a case, warm it up, take
+    blocks of samples, build its record. The parent orders the calls; a call that fails
+    raises (KernelUnsupported for a case this side cannot run)."""
+
+    def __init__(self, session: BenchSession, side: str) -> None:
+        self.session = session
+        self.side = side
+        self._case: CaseId | None = None
+        self._spec: KernelSpec | None = None
+        self._prepared: Prepared | None = None
+        self._done: Work = (0, 0)
+        self._start = 0.0
+        self._take: Callable[[], Sample] | None = None
+        self._before = State()
+        self._samples: list[Sample] = []
+
+    def prepare(
+        self,
+        spec: KernelSpec,
+        suite: str,
+        task: Task,
+        seed: int,
+        shared: LaunchConfig | None = None,
+        shared_source: str = "",
+    ) -> Prepared:
+        """Make ``task``'s inputs from ``seed`` and fix its config: a pin file's, else (on
+        side B) ``shared``, the config A launched and where it came from, when this side's
+        tuning space has it, else its own autotuner's. Replaces any case before it."""
+        session = self.session
+        self._prepared = self._take = None
+        self._samples = []
+        self._start = time.perf_counter()
+        self._case = case = _case(suite, task)
+        self._spec = spec
+        if task.dtype in session.device.unsupported_dtypes:
+            reason = session.device.unsupported_dtypes[task.dtype]
+            raise KernelUnsupported(f"unsupported on {session.device.info.kind}: {reason}")
+        pin = pinned_config(session.options.pins, task.kernel, task.params, task.dtype)
+        source = session.options.pin_source
+        if pin is None and shared is not None:
+            pin, source = _shared_pin(shared, shared_source, spec)
+        self._prepared = _prepare_finite(spec, case, session.device, seed, pin, None, source)
+        self._done = work(spec, case)
+        return self._prepared
+
+    def warm(self) -> float:
+        """Warm the prepared launch up by time and read the device's state before sampling;
+        returns the timer's step (ns)."""
+        session, prepared = self.session, self._prepared
+        if prepared is None:
+            raise RuntimeError("warm before prepare")
+        sampler = session.timer.bind(prepared.kernel, session.probe)
+        self._take = sampled(sampler.take, session.probe)
+        warm_up(self._take, session.resolved.warmup_s, session.clock)
+        self._before = session.probe.state()
+        return sampler.resolution_ns
+
+    def sample(self, n: int) -> list[Sample]:
+        """``n`` more samples, each throttled one followed by the rule's pause (as
+        ``sampling.collect`` pauses)."""
+        if self._take is None:
+            raise RuntimeError("sample before warm")
+        pause = self.session.resolved.rule.throttle_pause_s
+        block = []
+        for _ in range(n):
+            sample = self._take()
+            block.append(sample)
+            if sample.throttled and pause > 0:
+                self.session.sleep(pause)
+        self._samples += block
+        return block
+
+    def finish(self, stop: str) -> Measurement:
+        """This side's record of every sample it took, sampling having stopped for ``stop``
+        (the parent's stopping rule over both sides). Its CI is left as the order
+        statistics give it, as :meth:`ABSession.measure_pair` leaves it."""
+        session, prepared, case = self.session, self._prepared, self._case
+        if prepared is None or case is None:
+            raise RuntimeError("finish before prepare")
+        states = [self._before, session.probe.state()]
+        run = Run(stop, session.resolved.rule, states, session.probe.available)
+        fields = {
+            "case": case,
+            "method": session.method,
+            "device": session.device.info,
+            "software": session.software,
+            "baseline": None,
+        }
+        source = prepared.config_source
+        return session.record(
+            fields, self._done, case, prepared.config, source, run, self._samples, self._start
+        )
+
+
+def _shared_pin(
+    config: LaunchConfig, source: str, spec_b: KernelSpec
+) -> tuple[LaunchConfig | None, str]:
+    """B's pin from the config A launched: A's autotuner's choice, when B's tuning space has
+    it; else none (B tunes itself)."""
+    if source == "autotune" and config in spec_b.configs:
+        return config, SHARED
+    return None, "pin-file"
+
+
 def _case(suite: str, task: Task) -> CaseId:
     return CaseId(suite, task.kernel, task.workload, dict(task.params), task.dtype)
 
 
 def _shared(first: Prepared, spec_b: KernelSpec) -> tuple[LaunchConfig | None, str]:
     """B's pin: the config A's autotuner chose, when B's tuning space has it; else none."""
-    if first.config_source == "autotune" and first.config in spec_b.configs:
-        return first.config, SHARED
-    return None, "pin-file"
+    return _shared_pin(first.config, first.config_source, spec_b)
 
 
 def _prepare_finite(

@@ -136,13 +136,16 @@ class BenchSession:
         self.ceilings: Ceilings | None = options.ceilings
 
     @classmethod
-    def open(cls, device: Device, options: BenchOptions, software: SoftwareInfo) -> BenchSession:
+    def open(
+        cls, device: Device, options: BenchOptions, software: SoftwareInfo, siblings: int = 0
+    ) -> BenchSession:
         """Build the timer, the probe and the roofline for ``device``, measuring ceilings
         first when asked to (and not handed them by an earlier child of the same run); a
-        ceiling that cannot be measured is left out, never fatal. Raises ValueError for a
-        timer or L2 state the device cannot do."""
+        ceiling that cannot be measured is left out, never fatal. ``siblings``: processes
+        of this run that hold the GPU too (an A/B pair's other side). Raises ValueError for
+        a timer or L2 state the device cannot do."""
         info = device.info
-        probe = open_probe(info.uuid if info.kind == "cuda" else None)
+        probe = open_probe(info.uuid if info.kind == "cuda" else None, siblings=siblings)
         timer = make_timer(
             info.kind, options.timer, options.l2, info.l2_bytes, probe.max_sm_clock_mhz
         )

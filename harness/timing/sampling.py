@@ -121,18 +121,75 @@ def collect(
     smallest step (0 when unknown), used when every sample of an arm is equal."""
     if not arms:
         raise ValueError("collect needs at least one arm to sample")
-    state = [_Arm() for _ in arms]
-    start = clock()
-    next_check = rule.min_samples
-    rounds = 0
+    stopping = _Stopping(len(arms), rule, clock(), resolution_ns)
     while True:
-        for arm, totals in zip(arms, state, strict=True):
+        for arm, totals in zip(arms, stopping.state, strict=True):
             sample = arm()
             totals.add(sample)
             if sample.throttled and rule.throttle_pause_s > 0:
                 pause(rule.throttle_pause_s)
-        rounds += 1
-        elapsed = clock() - start
+        collected = stopping.check(clock())
+        if collected is not None:
+            return collected
+
+
+#: How long one arm's block lasts in :func:`collect_blocks` (the A/B arms in two processes):
+#: long enough that a round trip to a side's process (~1 ms) is a few percent of it, short
+#: against the seconds over which clocks and heat drift.
+BLOCK_S = 0.02
+#: The most samples in one block, however short a sample.
+MAX_BLOCK = 64
+
+
+def collect_blocks(
+    arms: Sequence[Callable[[int], Sequence[Sample]]],
+    rule: StopRule,
+    clock: Callable[[], float] = time.monotonic,
+    resolution_ns: float = 0.0,
+    block_s: float = BLOCK_S,
+) -> Collected:
+    """:func:`collect` for arms that take samples in blocks (``arm(n)``: n samples, each
+    followed by the throttle pause where throttled, which the arm makes itself): A's block,
+    B's block, A's ... under the same stopping rule, checked after each round. The first
+    round takes one sample an arm; later blocks last about ``block_s`` of wall time (the
+    slowest arm's last), all arms the same count, so the arms stay as long as each other."""
+    if not arms:
+        raise ValueError("collect_blocks needs at least one arm to sample")
+    stopping = _Stopping(len(arms), rule, clock(), resolution_ns)
+    size = 1
+    while True:
+        slowest = 0.0
+        for arm, totals in zip(arms, stopping.state, strict=True):
+            began = clock()
+            block = arm(size)
+            if len(block) != size:
+                raise ValueError(f"an arm returned {len(block)} samples for a block of {size}")
+            slowest = max(slowest, (clock() - began) / size)
+            for sample in block:
+                totals.add(sample)
+        collected = stopping.check(clock())
+        if collected is not None:
+            return collected
+        size = max(1, min(MAX_BLOCK, int(block_s / slowest))) if slowest > 0 else MAX_BLOCK
+
+
+class _Stopping:
+    """The stopping rule over the arms' running totals, shared by :func:`collect` and
+    :func:`collect_blocks`: checked after each round, the CI on a geometric schedule of the
+    samples an arm holds."""
+
+    def __init__(self, arms: int, rule: StopRule, start: float, resolution_ns: float) -> None:
+        self.state = [_Arm() for _ in range(arms)]
+        self.rule = rule
+        self.start = start
+        self.resolution_ns = resolution_ns
+        self.next_check = rule.min_samples
+
+    def check(self, now: float) -> Collected | None:
+        """The collection once the rule says stop, else None."""
+        rule, state = self.rule, self.state
+        taken = len(state[0].samples)
+        elapsed = now - self.start
         enough = all(len(s.counted) >= rule.min_samples for s in state)
         timed = all(s.counted_ns >= rule.min_time_s * 1e9 for s in state)
         stop = None
@@ -140,17 +197,19 @@ def collect(
         # It is checked once more when time runs out, so a CI that converged since the last
         # check is reported as converged, not as a budget stop.
         out_of_time = elapsed >= rule.budget_s
-        if enough and timed and (rounds >= next_check or out_of_time):
-            next_check = rounds + max(1, rounds // 10)
+        if enough and timed and (taken >= self.next_check or out_of_time):
+            self.next_check = taken + max(1, taken // 10)
             stop = _settled(
-                [s.counted for s in state], rule.target_rel_ci, rule.confidence, resolution_ns
+                [s.counted for s in state], rule.target_rel_ci, rule.confidence, self.resolution_ns
             )
         if stop is None and out_of_time and enough:
             stop = BUDGET
         if stop is None and elapsed >= rule.timeout_s:
             stop = BUDGET if enough else TIMEOUT
-        if stop is not None:
-            return Collected(tuple(tuple(s.samples) for s in state), stop, elapsed, resolution_ns)
+        if stop is None:
+            return None
+        arms = tuple(tuple(s.samples) for s in state)
+        return Collected(arms, stop, elapsed, self.resolution_ns)
 
 
 def warm_up(

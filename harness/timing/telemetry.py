@@ -160,9 +160,10 @@ class NvmlProbe:
 
     available = True
 
-    def __init__(self, nvml: Any, handle: Any) -> None:
+    def __init__(self, nvml: Any, handle: Any, siblings: int = 0) -> None:
         self._nvml = nvml
         self._handle = handle
+        self._siblings = siblings
         self._errors = nvml_errors(nvml)
         self._field_values = getattr(nvml, "nvmlDeviceGetFieldValues", None)
         # The call was renamed in NVML 12.x (clocks "throttle" -> "event" reasons); pynvml
@@ -228,7 +229,7 @@ class NvmlProbe:
 
     def _other_processes(self) -> int | None:
         processes = self._call(self._nvml.nvmlDeviceGetComputeRunningProcesses)
-        return _others(processes)
+        return _others(processes, self._siblings)
 
     def policy(self) -> ClockPolicy:
         nvml = self._nvml
@@ -262,17 +263,21 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _others(processes: Sequence[Any] | None) -> int | None:
+def _others(processes: Sequence[Any] | None, siblings: int = 0) -> int | None:
     # This process holds a CUDA context, so it is one of the entries. Its PID as NVML sees it
     # may differ from os.getpid() inside a container, hence a count rather than a PID match;
-    # an empty list means NVML cannot see processes here at all: unknown.
+    # an empty list means NVML cannot see processes here at all: unknown. ``siblings`` are
+    # the other side processes of an A/B pair, which hold contexts too but sit idle while
+    # this one samples (the parent alternates them); a sibling restarting may be missing.
     if not processes:
         return None
-    return len(processes) - 1
+    return max(0, len(processes) - 1 - siblings)
 
 
-def open_probe(uuid: str | None, nvml: Any = None) -> Probe:
+def open_probe(uuid: str | None, nvml: Any = None, siblings: int = 0) -> Probe:
     """An NVML probe for the GPU with ``uuid`` (as torch reports it), else a NullProbe.
+    ``siblings``: processes of this run expected on the GPU besides this one (an A/B
+    pair's other side), not counted as other processes.
 
     The UUID, not an index, picks the device: NVML numbers every GPU on the host while
     CUDA numbers only the visible ones. A MIG slice is found under its ``MIG-`` name.
@@ -291,7 +296,7 @@ def open_probe(uuid: str | None, nvml: Any = None) -> Probe:
         return NullProbe()
     for name in nvml_uuids(uuid):
         try:
-            return NvmlProbe(nvml, nvml.nvmlDeviceGetHandleByUUID(name))
+            return NvmlProbe(nvml, nvml.nvmlDeviceGetHandleByUUID(name), siblings)
         except errors:
             continue
     return NullProbe()
