@@ -9,6 +9,7 @@ pool (``prefect.yaml``), run locally by ``kernelwatch pr-check``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from kernelwatch.flows.repos import commit_info, revision
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.worktree import checkout
+from kernelwatch.report import signature
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.html import write_compare_report
 from kernelwatch.report.markdown import error_comment, pr_comment
@@ -108,14 +110,21 @@ def pr_check(
     link = report_url(report, Path(config.run.report_dir), config.run.report_url)
     markdown = pr_comment(comparison, report_link=link)
     comment.write_text(markdown)
-    create_markdown_artifact(markdown, key=artifact_key("pr-check", repo.name, head_sha[:12]))
+    _publish(markdown, repo.name, base_sha, head_sha)
     return PrCheckSummary(
         repo.name, base_sha, head_sha, comparison.outcome, str(comment), str(report)
     )
 
 
 def _error(repository: str, base: str, head: str, message: str) -> PrCheckSummary:
-    create_markdown_artifact(
-        error_comment(message), key=artifact_key("pr-check", repository, head[:12])
-    )
+    _publish(error_comment(message), repository, base, head)
     return PrCheckSummary(repository, base, head, ERROR, error=message)
+
+
+def _publish(markdown: str, repository: str, base: str, head: str) -> None:
+    """The comment as the artifact the workflow posts, signed with the verdict key when this
+    reporter holds one (``report/signature.py``): the workflow posts nothing else."""
+    key = os.environ.get(signature.KEY_ENV)
+    if key:
+        markdown = signature.sign(markdown, key, repository, base, head)
+    create_markdown_artifact(markdown, key=artifact_key("pr-check", repository, head[:12]))

@@ -84,6 +84,9 @@ def main() -> int:
     with contextlib.suppress(OSError):
         loopback_up()
     mode = plan.get("mode", "check")
+    # An A/B side: both sides on one CPU (ab_sides.shared_cpu), before any kernel code runs.
+    if plan.get("cpus"):
+        os.sched_setaffinity(0, plan["cpus"])
 
     from kernelwatch.harness.device import select_device
 

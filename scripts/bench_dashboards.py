@@ -24,6 +24,7 @@ import itertools
 import os
 import random
 import re
+import secrets
 import statistics
 import sys
 import time
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.sql
 
 # bench_store is a sibling script, not part of the package: its embedded server and report.
 sys.path.insert(0, str(Path(__file__).parent))
@@ -207,7 +209,12 @@ def _timed(call: Callable[[], Any], repeats: int) -> dict[str, Any]:
 def measure(fleet: synthetic_fleet.Fleet, url: str, repeats: int) -> dict[str, Any]:
     """Populate ``url`` (migrated and empty) and time every query as the reader role."""
     report: dict[str, Any] = {"fleet": fleet.__dict__, **populate(fleet, url)}
-    reader = psycopg.conninfo.make_conninfo(url, user=READER_ROLE)
+    # The server authenticates every role (no trust): the reader gets a password of this run.
+    password = secrets.token_urlsafe(24)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+            psycopg.sql.Identifier(READER_ROLE), psycopg.sql.Literal(password)))  # fmt: skip
+    reader = psycopg.conninfo.make_conninfo(url, user=READER_ROLE, password=password)
     report["load_before"] = [round(x, 2) for x in os.getloadavg()]
     report["queries"] = time_queries(reader, repeats, fleet.seed)
     report["load_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -224,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=200, help="calls per query")
     parser.add_argument(
         "--database-url",
-        help="a migrated, empty database whose server trusts the reader role "
+        help="a migrated, empty database whose user may set the reader role's password "
         "(default: a fresh embedded server)",
     )
     args = parser.parse_args(argv)

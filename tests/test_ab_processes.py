@@ -22,6 +22,7 @@ from kernelwatch.harness.timing.sampling import BUDGET, Sample, StopRule, collec
 KERNEL = textwrap.dedent(
     """
     import builtins
+    import os
     import random
 
     import torch
@@ -48,7 +49,9 @@ KERNEL = textwrap.dedent(
             scale_kernel[(triton.cdiv(int(p["n"]), 32),)](t["x"], o["y"], int(p["n"]), BLOCK=32)
         # What the process this launch ran in looks like, kept in the record's config.
         seen = int(getattr(builtins, "KW_HOSTILE", 0))
-        return LaunchConfig({"BLOCK": 32, "process": builtins.KW_PROCESS, "hostile": seen}, 4, 1)
+        cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+        meta = {"BLOCK": 32, "process": builtins.KW_PROCESS, "hostile": seen, "cpus": cpus}
+        return LaunchConfig(meta, 4, 1)
 
 
     SPEC = KernelSpec(
@@ -156,6 +159,8 @@ def test_base_and_head_run_in_processes_of_their_own(suites):
     pair = _pair(suites["good"], suites["slow"])
     base, head = pair.base.config.meta, pair.head.config.meta
     assert base["process"] != head["process"]
+    # On one CPU, both: two CPUs of one host differ in speed, which would read as a change.
+    assert base["cpus"] == head["cpus"] and "," not in base["cpus"]
     assert len(pair.base.samples_ns) == len(pair.head.samples_ns) >= 12
 
 

@@ -246,17 +246,20 @@ def test_provisioning_binds_the_read_only_role_and_the_dashboards_folder():
 
 def test_compose_runs_the_whole_stack():
     services = yaml.safe_load((INFRA / "compose.yaml").read_text())["services"]
-    assert {"postgres", "migrate", "grafana", "prefect-server", "worker-h100"} <= set(services)
+    stack = {"postgres", "migrate", "grafana", "prefect-server", "worker-h100", "runner-h100"}
+    assert stack <= set(services)
     assert services["grafana"]["image"].startswith("grafana/grafana:11.")
     prefect = services["prefect-server"]["environment"]
     assert prefect["PREFECT_SERVER_DATABASE_DRIVER"] == "postgresql+asyncpg"
     assert (prefect["PREFECT_SERVER_DATABASE_HOST"], prefect["PREFECT_SERVER_DATABASE_NAME"]) == (
         "postgres", "prefect",
     )  # fmt: skip
-    worker = services["worker-h100"]
+    worker, runner = services["worker-h100"], services["runner-h100"]
     assert worker["command"][:5] == ["prefect", "worker", "start", "--pool", "gpu-h100"]
     assert worker["build"]["dockerfile"] == "infra/docker/Dockerfile"
-    (gpu,) = worker["deploy"]["resources"]["reservations"]["devices"]
+    # The GPU is the runner's, where kernel code runs; the worker reports.
+    assert "deploy" not in worker
+    (gpu,) = runner["deploy"]["resources"]["reservations"]["devices"]
     assert gpu["count"] == 1 and gpu["capabilities"] == ["gpu"]
     assert "kernelwatch_writer" in worker["environment"]["KERNELWATCH_DATABASE_URL"]
     assert services["migrate"]["command"] == ["kernelwatch", "db", "upgrade"]
@@ -267,10 +270,16 @@ def test_kubernetes_pools_ask_for_one_gpu_of_their_type(pool, product):
     template = json.loads((INFRA / "k8s" / "base-job-templates" / f"{pool}.json").read_text())
     pod = template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["resources"] == {
-        "limits": {"nvidia.com/gpu": 1}, "requests": {"nvidia.com/gpu": 1}
-    }  # fmt: skip
+    # The flow run reports and holds no GPU; the pool's runner on its node holds one.
+    assert "nvidia.com/gpu" not in json.dumps(container["resources"])
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": product}
+    runners = list(yaml.safe_load_all((INFRA / "k8s" / "runners.yaml").read_text()))
+    daemons = [r for r in runners if r and r["kind"] == "DaemonSet"]
+    (runner,) = [r for r in daemons if r["metadata"]["labels"]["kernelwatch.dev/pool"] == pool]
+    spec = runner["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": product}
+    resources = spec["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == 1
     placeholders = set(re.findall(r"\{\{ (\w+) \}\}", json.dumps(template["job_configuration"])))
     assert placeholders <= set(template["variables"]["properties"])
     workers = list(yaml.safe_load_all((INFRA / "k8s" / "workers.yaml").read_text()))

@@ -164,3 +164,74 @@ def test_workflow_actions_are_pinned_by_sha_and_secrets_stay_in_steps():
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+VERIFY = ROOT / "infra" / "github" / "verify_comment.py"
+KEY = "verdict-key-of-the-tests"
+BASE, HEAD = "a" * 40, "b" * 40
+
+
+def _posted(tmp_path: Path, text: str, key: str | None = KEY, head: str = HEAD) -> str:
+    """What the workflow posts for the artifact ``text``: the verifier run as the step runs
+    it, with the verdict key in its environment (or none)."""
+    comment = tmp_path / "comment.md"
+    comment.write_text(text)
+    env = {"PATH": "/usr/bin:/bin", **({"KERNELWATCH_VERDICT_KEY": key} if key else {})}
+    proc = subprocess.run(
+        [sys.executable, str(VERIFY), str(comment), "--repository", "kernels", "--base", BASE,
+         "--head", head],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return comment.read_text()
+
+
+def _signed_comment(outcome: int, monkeypatch) -> str:
+    """The artifact the pr_check flow publishes for a comment with ``outcome``."""
+    from kernelwatch.flows import prcheck
+    from kernelwatch.report.markdown import MARKER
+
+    published = []
+    monkeypatch.setattr(prcheck, "create_markdown_artifact", lambda m, key: published.append(m))
+    monkeypatch.setenv("KERNELWATCH_VERDICT_KEY", KEY)
+    prcheck._publish(f"{MARKER.format(outcome=outcome)}\n# verdict\n", "kernels", BASE, HEAD)
+    (artifact,) = published
+    return artifact
+
+
+def test_the_workflow_posts_the_reporters_signed_verdict_as_it_was(tmp_path, monkeypatch):
+    artifact = _signed_comment(2, monkeypatch)
+    posted = _posted(tmp_path, artifact)
+    assert posted.startswith("<!-- kernelwatch:pr-check outcome=2 -->\n# verdict")
+    assert "signature" not in posted
+
+
+def test_a_rewritten_or_foreign_or_unsigned_comment_is_posted_as_outcome_2(tmp_path, monkeypatch):
+    """Finding 1: kernel code that reached the Prefect auth string rewrote the artifact to
+    outcome=0. Rewritten, signed for another head, unsigned, or checked without the key,
+    it is posted as outcome 2, saying why."""
+    artifact = _signed_comment(2, monkeypatch)
+    forged = artifact.replace("outcome=2", "outcome=0")
+    for text, key, head, why in (
+        (forged, KEY, HEAD, "does not verify"),
+        (artifact, KEY, "c" * 40, "does not verify"),
+        ("<!-- kernelwatch:pr-check outcome=0 -->\n# all good\n", KEY, HEAD, "does not verify"),
+        (artifact, "another-key", HEAD, "does not verify"),
+        (artifact, None, HEAD, "no KERNELWATCH_VERDICT_KEY"),
+        ("", KEY, HEAD, "left no comment"),
+    ):
+        posted = _posted(tmp_path, text, key, head)
+        assert posted.startswith("<!-- kernelwatch:pr-check outcome=2 -->"), posted
+        assert why in posted and "outcome=0" not in posted
+
+
+def test_the_workflow_verifies_the_comment_before_posting_it():
+    steps = [s.get("name", s.get("uses", "")) for s in _workflow()["jobs"]["check"]["steps"]]
+    fetch, verify = (
+        steps.index("Fetch the comment the flow wrote"),
+        steps.index("Keep it only if the reporter signed it"),
+    )
+    assert fetch < verify < steps.index("Post or update the comment")
+    step = _workflow()["jobs"]["check"]["steps"][verify]
+    assert "verify_comment.py" in step["run"]
+    assert step["env"] == {"KERNELWATCH_VERDICT_KEY": "${{ secrets.KERNELWATCH_VERDICT_KEY }}"}
