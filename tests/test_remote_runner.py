@@ -220,8 +220,9 @@ def test_kernelwatch_runner_serve_says_what_it_found_in_one_line(tmp_path):
 
 _SPEW = """
 import os, sys, time
-os.write(1, b"o" * (8 << 20))
+# stderr first: the stdout cap kills the job, and what it wrote before must be there.
 os.write(2, b"e" * (3 << 20) + b"THE-TAIL")
+os.write(1, b"o" * (8 << 20))
 time.sleep(60)
 """
 

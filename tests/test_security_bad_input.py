@@ -148,7 +148,7 @@ def test_a_nightly_with_the_issues_database_url_leaks_the_password_nowhere(
     config = tmp_path / "kernelwatch.toml"
     config.write_text(
         f'[[repositories]]\nname = "demo"\nsource = "{repo.path}"\nsuite = "kwdemo"\n'
-        'kernels = ["rms_norm"]\ndtypes = ["fp32"]\narchs = ["sm_90a"]\n'
+        'kernels = ["rms_norm"]\ndtypes = ["fp32"]\narchs = []\n'
         '[bench]\ntimer = "cpu-process-time"\nbaseline = false\nbudget_s = 0.3\n'
         f'[run]\nreport_dir = "{tmp_path / "reports"}"\n'
     )
