@@ -276,9 +276,10 @@ _CONTAINED: ContextVar[str | None] = ContextVar("kernelwatch_contained", default
 
 @contextmanager
 def contained(why: str) -> Iterator[None]:
-    """Inside the block, sandboxes may run untrusted code where no namespace can be made,
-    because this process was checked to hold nothing worth taking (the deployment's runner:
-    no secret, no credential file, no network); ``why`` is what each sandbox records."""
+    """Inside the block, sandboxes may run code where no namespace can be made, because this
+    process was checked to hold nothing worth taking (the deployment's runner: no secret, no
+    credential file, no network) or the code is kernelwatch's own (the demo's generated
+    repository); ``why`` is what each sandbox records."""
     token = _CONTAINED.set(f"no namespaces: {why}")
     try:
         yield

@@ -61,27 +61,23 @@ if WORKER is None or not os.environ.get("KERNELWATCH_BUILD_CACHE"):
 #: (``--dist loadfile --no-loadscope-reorder``): started first, they run beside the many
 #: short files instead of alone at the end. A file missing here only costs balance.
 SLOW_FIRST = (
+    "test_gpu_rehearsal.py",
     "test_flows.py",
-    "test_onboarding.py",
     "test_demo.py",
+    "test_onboarding.py",
+    "test_flows_cli.py",
     "test_bench_cli.py",
     "test_distributed.py",
-    "test_gpu_rehearsal.py",
     "test_cli_check.py",
-    "test_security_bad_input.py",
     "test_kernel_imports.py",
+    "test_security_bad_input.py",
     "test_build.py",
     "test_remote_runner.py",
     "test_prefect_server.py",
     "test_ab_runner.py",
-    "test_flows_cli.py",
+    "test_security_inputs.py",
     "test_multinode.py",
     "test_store.py",
-    "test_security_inputs.py",
-    "test_wheel.py",
-    "test_security_child.py",
-    "test_init_commands.py",
-    "test_ab_processes.py",
 )
 
 
