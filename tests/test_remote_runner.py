@@ -238,24 +238,9 @@ def test_the_runner_caps_what_a_job_writes(tmp_path, monkeypatch):
         os.chmod(modules, 0o755)
         (modules / "kw_spew.py").write_text(_SPEW)
         os.chmod(modules / "kw_spew.py", 0o644)
-        job = exchange / "requests" / "jobs" / "spew"
-        job.mkdir(parents=True)
         spec = {"argv": ["python", "-m", "kw_spew"], "env": {"PYTHONPATH": str(modules)}}
-        (job / "job.json").write_text(json.dumps(spec))
-        for name in ("stdin", "stdin.end", "alive"):
-            (job / name).touch()
         runner = remote.Runner(exchange / "requests", exchange / "results", stdout_cap=1 << 20)
-        serving = threading.Thread(target=runner.serve)
-        serving.start()
-        try:
-            result = exchange / "results" / "spew"
-            deadline = time.monotonic() + 60
-            while not (result / "exit").exists():
-                assert time.monotonic() < deadline, "the job did not end at the cap"
-                time.sleep(0.1)
-        finally:
-            runner.stopping.set()
-            serving.join(timeout=30)
+        result = _serve_one(runner, exchange, spec)
         assert (result / "stdout").stat().st_size == 1 << 20
         assert int((result / "exit").read_text()) != 0
         stderr = (result / "stderr").read_bytes()
