@@ -129,10 +129,33 @@ FAST = BenchOptions(
 )
 
 
-def _suite(root: Path, repeat: int = 1, hostile: bool = False) -> SuiteRef:
+#: Two cases, the first of which kills the process; the import takes ``SLOW_START`` seconds.
+DIES_FIRST = textwrap.dedent(
+    """
+    import dataclasses
+    import time
+
+
+    def _dies_on_one(launch):
+        def launched(t, o, p, cfg):
+            if int(p["n"]) == 1 and DIES:
+                os._exit(3)
+            return launch(t, o, p, cfg)
+
+        return launched
+
+
+    time.sleep(SLOW_START)
+    SPEC = dataclasses.replace(SPEC, launch=_dies_on_one(SPEC.launch),
+                               workloads={"smoke": ({"n": 1}, {"n": 512})})
+    """
+)
+
+
+def _suite(root: Path, repeat: int = 1, hostile: bool = False, extra: str = "") -> SuiteRef:
     (root / "kwplant").mkdir(parents=True)
     (root / "kwplant" / "__init__.py").write_text("")
-    body = KERNEL + f"REPEAT = {repeat}\n" + (HOSTILE if hostile else "")
+    body = KERNEL + f"REPEAT = {repeat}\n" + (HOSTILE if hostile else "") + extra
     (root / "kwplant" / "scale.py").write_text(body)
     (root / "kernelwatch_suite.py").write_text(SUITE)
     return SuiteRef("kernelwatch_suite.py", str(root))
@@ -176,6 +199,20 @@ def test_a_hostile_head_cannot_reach_the_bases_process(suites):
     assert pair.base.config.meta["process"] != pair.head.config.meta["process"]
     verdict = compare_measurements(pair.base, pair.head)
     assert verdict.verdict == "SLOWER" and verdict.ratio > 2.0, verdict.reason
+
+
+def test_a_sides_restart_does_not_spend_the_next_cases_time_limit(tmp_path):
+    """B dies in the first case and takes longer than the case limit to start again: the
+    next case gets its whole limit after the restart (it used to be counted from before the
+    restart, and on a loaded machine a case after a hang timed out)."""
+    tmp_path.chmod(0o755)
+    base = _suite(tmp_path / "a", extra="DIES = False\nSLOW_START = 0\n" + DIES_FIRST)
+    head = _suite(tmp_path / "b", extra="DIES = True\nSLOW_START = 4\n" + DIES_FIRST)
+    request = ABRequest(suite=base, suite_b=head, options=FAST, case_timeout_s=4.0)
+    died, measured = run_ab(request)
+    assert died.status == "error" and died.reason == "B: exited with code 3", died.reason
+    assert measured.status == "ok", (measured.reason, measured.detail)
+    assert dict(measured.case.params) == {"n": 512}
 
 
 def test_the_sides_blocks_alternate_under_one_stopping_rule():

@@ -166,7 +166,9 @@ def test_crash_hang_and_nan_on_one_side_cost_only_their_case(demo):
     assert nan.status == "error" and nan.reason.startswith("B: ValueError: 96 of 96 elements")
     assert hang.status == "error" and hang.reason.startswith("B: timed out after 8 s")
     assert crash.base is crash.head is None and crash.sides()[1].status == "error"
-    assert records["scale"].status == "ok" and records["scale"].head.summary.n >= 10
+    scale = records["scale"]
+    assert scale.status == "ok", scale.reason
+    assert scale.head.summary.n >= 10
     newer = records["newer"]
     assert newer.status == "unsupported" and newer.reason == "A has no kernel 'newer'"
 
