@@ -13,8 +13,9 @@ from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 
 UID = "kw-builds"
 
-_FILTER = """repository = '$repository' AND kernel = '$kernel' AND arch IN ($arch)
-  AND dtype IN ($dtype)"""
+_FILTER = """repository = '$repository' AND kernel = '$kernel'
+  AND arch = ANY(ARRAY[$arch]::text[])
+  AND dtype = ANY(ARRAY[$dtype]::text[])"""
 #: Builds over the tracked branch's commits: a PR's or a bisection's builds are not on it.
 _BRANCH = "trigger IN ('nightly', 'manual')"
 _LINE = "function || ' ' || arch || ' ' || dtype || ' ' || case_label"

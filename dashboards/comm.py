@@ -10,7 +10,8 @@ from kernelwatch.dashboards import common
 
 UID = "kw-comm"
 
-_FILTER = """repository = '$repository' AND device_model IN ($gpu) AND kernel IN ($kernel)
+_FILTER = """repository = '$repository' AND device_model = ANY(ARRAY[$gpu]::text[])
+  AND kernel = ANY(ARRAY[$kernel]::text[])
   AND $__timeFilter(measured_at)"""
 
 

@@ -15,13 +15,13 @@ from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
 
 UID = "kw-fleet"
 
-MORNING = "Last night against the night before, worst first"
+MORNING = "Last night: what the nightly decided, then the rest"
 MORNING_ROWS = 200
 OPEN = "open regressions"
 UNTRIAGED = "untriaged"
 REGRESSED = "kernel x GPU regressed in range"
 SHORT = "series too short to judge"
-QUARANTINED = "quarantined GPUs"
+QUARANTINED = "GPUs quarantined in range"
 HOURS = "hours since the oldest latest nightly"
 #: Nightly points a series needs before change-point detection can place a change in it.
 TOO_SHORT = 2 * DetectorConfig().min_size
@@ -44,31 +44,23 @@ def dashboard() -> sdk.Dashboard:
         )
         .with_variable(common.repository_variable())
         .with_panel(
-            common.table_panel(
-                MORNING,
-                f"""
-SELECT kernel, dtype, case_label, device_model, ratio, ratio_ci_low, ratio_ci_high, verdict,
-  outcome, regression_id, previous_sha, commit_sha, run_status, night, repository, series_key,
-  {links.window_columns("night")}
-FROM report_night_comparison
-WHERE repository = '$repository' AND $__timeFilter(night)
-ORDER BY ratio DESC
-LIMIT {MORNING_ROWS}
-""",
-                w=16,
-                h=10,
-            )
+            common.table_panel(MORNING, _morning_sql(), w=16, h=10)
             .description(
-                "Per case, the latest nightly's median over the nightly before it on the same "
-                "GPU model, worst first; the interval runs from the latest CI's low end over "
-                "the previous CI's high end to the other way round (both stored medians' 95% "
-                "CIs), so a case whose interval excludes 1 moved. verdict/outcome: the same "
-                "night's A/B when the nightly suspected the case. Click a row for its history."
+                "Per case, what the latest nightly decided: a regression or improvement the "
+                "same night's A/B confirmed (magnitude: the regression's, as every panel shows "
+                "it), a suspicion still unconfirmed or waiting, one the A/B found to be noise, "
+                "or not suspected. The ab_ columns are that A/B's own verdict, ratio, 95% CI "
+                "and p-value over its own commits, which are not the previous nightly's when "
+                "several commits landed. night_ratio is only context: two medians of two "
+                "nights that may have run on different GPUs. caveats: a GPU model whose "
+                f"nightly is over {NIGHTLY_MISSING_HOURS} h older than the newest (stale), "
+                "failed nightlies between or after the two nights, two GPUs. Click a row for "
+                "its history."
             )
             .decimals(3)
             .data_links(common.history_links())
-            .override_by_name("ratio", common.cell_colors())
-            .thresholds(common.thresholds((None, "green"), (1.01, "yellow"), (1.03, "red")))
+            .override_by_name("magnitude", [common.unit("percentunit")])
+            .override_by_name("ab_p_value", [common.unit("sci")])
         )
         .with_panel(
             common.table_panel(
@@ -111,8 +103,9 @@ SELECT
                 h=4,
             )
             .description(
-                "Counts now, except the regressed kernel x GPU pairs (change points in the "
-                "time range, false positives and won't-fix left out). A series needs "
+                "Counts now, except two over the time range: the regressed kernel x GPU pairs "
+                "(change points in the range, false positives and won't-fix left out) and the "
+                "GPUs the health rule quarantined on the range's runs. A series needs "
                 f"{TOO_SHORT} nightly points before change-point detection can judge it: "
                 "while many are shorter, 0 open regressions means 'too early to tell'. The "
                 f"hours turn red at {NIGHTLY_MISSING_HOURS}, when kw-nightly-missing fires."
@@ -131,7 +124,7 @@ SELECT
             common.table_panel(
                 "Open regressions",
                 f"""
-SELECT regression_id, title, state, kernels, device_models, worst_change, change_points,
+SELECT regression_id, title, state, kernels, device_models, magnitude, change_points,
   culprit_sha, good_sha, bad_sha, assignee, age_days, repository, kernel, dtype, device_model,
   series_key, {links.window_columns("change_at")}
 FROM report_triage_links
@@ -142,12 +135,13 @@ ORDER BY created_at DESC
                 h=9,
             )
             .description(
-                "Every open regression, newest first. Click a row for the history of the "
-                "series that moved most, around the change."
+                "Every open regression, newest first, with its magnitude (the one the "
+                "morning-after rows show). Click a row for the history of the series that "
+                "moved most, around the change."
             )
             .data_links(common.history_links())
             .unit("none")
-            .override_by_name("worst_change", [common.unit("percentunit")])
+            .override_by_name("magnitude", [common.unit("percentunit")])
             .override_by_name("age_days", [common.unit("d")])
         )
         .with_panel(
@@ -198,6 +192,30 @@ WHERE repository = '$repository'
             .override_by_field_type("number", common.cell_colors())
         )
     )
+
+
+def _morning_sql() -> str:
+    """The morning-after rows: the nightly's decisions first, then the rest, each with what
+    makes its comparison doubtful."""
+    stale = f"behind_newest_h > {NIGHTLY_MISSING_HOURS}"
+    return f"""
+SELECT decided, kernel, dtype, case_label, device_model, magnitude, ab_verdict, ab_ratio,
+  ab_ci_low, ab_ci_high, ab_p_value, ab_base_sha, ab_head_sha, night_ratio, previous_sha,
+  commit_sha,
+  concat_ws('; ',
+    CASE WHEN {stale} THEN 'stale: ' || round(behind_newest_h::numeric) || ' h older than the '
+      || 'newest nightly' END,
+    CASE WHEN failed_after > 0 THEN 'the nightly after it failed' END,
+    CASE WHEN failed_between > 0 THEN 'across ' || failed_between || ' failed nightly run(s)'
+      END,
+    CASE WHEN NOT same_gpu THEN 'the two nights ran on different GPUs' END) AS caveats,
+  suspicion, regression_id, run_status, night, method, repository, series_key,
+  {links.window_columns("night")}
+FROM report_night_comparison
+WHERE repository = '$repository' AND $__timeFilter(night)
+ORDER BY decided_rank, {stale}, night_ratio DESC
+LIMIT {MORNING_ROWS}
+"""
 
 
 def _drift(what: str, column: str, yellow: float, red: float) -> Any:

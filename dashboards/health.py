@@ -20,7 +20,7 @@ def _per_gpu_and_day(title: str, value: str) -> timeseries.Panel:
         f"""
 SELECT day AS "time", {_DEVICE} AS metric, {value}
 FROM report_device_noise
-WHERE model IN ($gpu) AND $__timeFilter(day)
+WHERE model = ANY(ARRAY[$gpu]::text[]) AND $__timeFilter(day)
 ORDER BY 1
 """,
         w=12,
@@ -72,7 +72,7 @@ def dashboard() -> sdk.Dashboard:
 SELECT device_model, host, device_uuid, quarantined, reason, runs, failed_runs,
   partial_runs, throttled_fraction, mean_rel_ci, model_median_rel_ci, last_run_at
 FROM report_device_health($__timeFrom(), $__timeTo())
-WHERE device_model IN ($gpu)
+WHERE device_model = ANY(ARRAY[$gpu]::text[])
 ORDER BY quarantined DESC, mean_rel_ci DESC
 """,
                 w=24,
@@ -94,7 +94,8 @@ ORDER BY quarantined DESC, mean_rel_ci DESC
 SELECT started_at, status, trigger, repository, commit_sha, device_model, host,
   device_uuid, pool, measurements, measurement_errors, correctness_failed, run_id
 FROM report_runs
-WHERE status IN ('failed', 'partial') AND device_model IN ($gpu) AND $__timeFilter(started_at)
+WHERE status IN ('failed', 'partial') AND device_model = ANY(ARRAY[$gpu]::text[])
+  AND $__timeFilter(started_at)
 ORDER BY started_at DESC
 """,
                 w=24,

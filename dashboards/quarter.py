@@ -15,7 +15,7 @@ from kernelwatch.dashboards import common, marks
 
 UID = "kw-quarter"
 
-_CASES = "repository = '$repository' AND series_key IN ($case)"
+_CASES = "repository = '$repository' AND series_key = ANY(ARRAY[$case]::text[])"
 
 
 def _log() -> sdk_common.ScaleDistributionConfig:
@@ -74,7 +74,8 @@ def dashboard() -> sdk.Dashboard:
                 """
 SELECT case_text || ' [' || method || ']' AS __text, series_key AS __value
 FROM report_quarter_cases
-WHERE repository = '$repository' AND kernel IN ($kernel) AND device_model IN ($gpu)
+WHERE repository = '$repository' AND kernel = ANY(ARRAY[$kernel]::text[])
+  AND device_model = ANY(ARRAY[$gpu]::text[])
 """,
                 multi=True,
             )

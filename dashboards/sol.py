@@ -10,8 +10,9 @@ from kernelwatch.dashboards import common
 
 UID = "kw-sol"
 
-_FILTER = """repository = '$repository' AND device_model IN ($gpu) AND kernel IN ($kernel)
-  AND dtype IN ($dtype) AND status = 'ok' AND $__timeFilter(measured_at)"""
+_FILTER = """repository = '$repository' AND device_model = ANY(ARRAY[$gpu]::text[])
+  AND kernel = ANY(ARRAY[$kernel]::text[])
+  AND dtype = ANY(ARRAY[$dtype]::text[]) AND status = 'ok' AND $__timeFilter(measured_at)"""
 #: Bars drawn, and table rows listed, for the cases furthest from speed-of-light.
 BARS = 40
 TABLE_ROWS = 500
@@ -35,7 +36,8 @@ def dashboard() -> sdk.Dashboard:
                 "dtype",
                 "dtype",
                 "SELECT DISTINCT dtype FROM report_series "
-                "WHERE repository = '$repository' AND kernel IN ($kernel) ORDER BY 1",
+                "WHERE repository = '$repository' AND kernel = ANY(ARRAY[$kernel]::text[]) "
+                "ORDER BY 1",
                 multi=True,
                 include_all=True,
             )

@@ -18,7 +18,7 @@ UID = "kw-triage"
 STATES = list(typing.get_args(State))
 #: The regressions the board shows, and its counts count: open ones whatever their age,
 #: closed ones opened in the time range.
-_SHOWN = """repository = '$repository' AND state IN ($state)
+_SHOWN = """repository = '$repository' AND state = ANY(ARRAY[$state]::text[])
   AND (open OR $__timeFilter(created_at))"""
 
 

@@ -51,11 +51,17 @@ from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.store.bisect_steps import record_bisection
+from kernelwatch.store.findings import (
+    NewChangePoint,
+    NewRegression,
+    insert_change_points,
+    open_regression,
+)
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.pr_findings import insert_pr_findings
 from kernelwatch.store.runfile import Run
-from kernelwatch.store.suspects import SuspectRow, insert_suspects
+from kernelwatch.store.suspects import SuspectRow, commit_id, insert_suspects
 
 ROOT = Path(__file__).parent.parent
 END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
@@ -186,6 +192,43 @@ def _checked_noise(conn: psycopg.Connection, planted_key: str) -> None:
                         .fetchone()[0], [row, failure])  # fmt: skip
 
 
+#: The same-night A/B of the confirmed regression: measured over its own range, from the
+#: regime's commit AB_BASE_DAY nights back to last night's head, not the previous nightly's.
+AB_RATIO, AB_CI = 3.018, (2.561, 3.742)
+AB_BASE_DAY = DAYS - 4
+
+
+def _confirmed_overnight(conn: psycopg.Connection) -> int:
+    """Last night on B200, rms_norm bf16 suspected and confirmed SLOWER by the same night's
+    A/B, which opened a regression, as the same-night pass records it; its id."""
+    (key,) = [series_key(REPOSITORY, c, MODELS[B200][0], METHOD) for c in cases(21)
+              if (c.kernel, c.dtype) == ("rms_norm", "bf16")][:1]  # fmt: skip
+    series_id, measurement_id, measured_at, run_pk, repository_id, head_id = conn.execute(
+        """SELECT s.id, m.id, m.measured_at, r.id, r.repository_id, r.commit_id
+        FROM series s JOIN measurements m ON m.series_id = s.id AND m.history
+            JOIN runs r ON r.id = m.run_id
+        WHERE s.key = %s ORDER BY m.measured_at DESC LIMIT 1""",
+        (key,),
+    ).fetchone()
+    base_id = commit_id(conn, repository_id, sha(AB_BASE_DAY))
+    with conn.transaction(), conn.cursor() as cur:
+        (point,) = insert_change_points(cur, "confirmation", [NewChangePoint(
+            series_id, measurement_id, head_id, measured_at, 1e4, 1e4 * AB_RATIO,
+            AB_RATIO - 1, 1e-9, "regression")])  # fmt: skip
+        regression_id = open_regression(cur, repository_id, NewRegression(
+            "rms_norm: +201.8% on B200", "code", AB_RATIO - 1, base_id, head_id, (point,),
+            opened_by="confirmation"), "seed")  # fmt: skip
+        insert_suspects(cur, SUITE, [SuspectRow(
+            run_pk=run_pk, repository_id=repository_id, kind="timing", kernel="rms_norm",
+            case_label="confirmed", dtype="bf16", head_commit_id=head_id,
+            base_commit_id=base_id, series_id=series_id, measurement_id=measurement_id,
+            severity=1.1, suspicion="+201.8% against the median of 30 nights (40 sigma)",
+            verdict="SLOWER", ratio=AB_RATIO, ci_low=AB_CI[0], ci_high=AB_CI[1],
+            p_value=1e-9, samples=60, rounds=1, gpu_seconds=2.5, outcome="regression",
+            regression_id=regression_id)])  # fmt: skip
+    return regression_id
+
+
 PR_REPORT = "https://reports.example/kernelwatch/compare-pr-1.html"
 
 
@@ -237,6 +280,7 @@ def seeded(pg_server):
         ).fetchone()[0]
         _bisect(conn, regression_id, planted_key)
         _checked_noise(conn, planted_key)
+        confirmed = _confirmed_overnight(conn)
         # Older regressions, some still untriaged, as earlier detection passes left them.
         add_regressions(conn, 20, seed=1, back=12)
         for run in comm_runs(END, 3):  # after the synthetic regressions, which pick series
@@ -251,6 +295,7 @@ def seeded(pg_server):
     return SimpleNamespace(
         url=url, reader=reader, report=report, regression_id=regression_id,
         planted_key=planted_key, pr_head=pr_head, quarter_keys=quarter_keys,
+        confirmed=confirmed,
         request=Request(END - timedelta(days=60), datetime.now(UTC)),
     )  # fmt: skip
 
@@ -365,6 +410,35 @@ def test_every_panel_annotation_and_variable_query_runs_as_reader(seeded, reader
     assert checked >= 25
 
 
+def test_every_query_runs_where_a_variable_has_no_values(pg_server):
+    """An install with nothing stored yet, or without a communication suite: every variable
+    resolves to no values, and no query may fail on it (a multi-value one used to expand to
+    ``IN ()``)."""
+    name = "t_dashboards_empty"
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE kernelwatch')
+    request = Request(END - timedelta(days=30), datetime.now(UTC))
+    with psycopg.connect(as_role(pg_server.url(name), "kernelwatch_reader")) as conn:
+
+        def run(sql: str):
+            cur = conn.execute(sql)
+            return [d.name for d in cur.description], cur.fetchall()
+
+        ran = 0
+        for dashboard in catalog.dashboards():
+            variables = inventory.resolve(dashboard, request, run)
+            if dashboard["uid"] == "kw-comm":
+                assert {n: v.values for n, v in variables.items()} == dict.fromkeys(
+                    ("repository", "gpu", "kernel"), ()
+                )
+            for query in inventory.dashboard_queries(dashboard):
+                names, _rows = run(expand(query.sql, request, variables))  # raises on a failure
+                assert names, (dashboard["uid"], query.title)
+                ran += 1
+        assert ran >= 40
+
+
 def test_every_alert_rule_returns_labels_and_one_value(seeded, reader):
     now = datetime.now(UTC)
     for spec, query in inventory.alert_queries(SEEDED):
@@ -412,7 +486,7 @@ def test_planted_regression_is_open_and_on_the_fleet_overview(seeded, reader):
     (planted,) = [r for r in rows if r["regression_id"] == seeded.regression_id]
     assert planted["state"] == "untriaged"
     assert "flash_attention" in planted["kernels"] and planted["device_models"] == "NVIDIA B200"
-    assert planted["worst_change"] == pytest.approx(SLOWDOWN - 1, abs=0.02)
+    assert planted["magnitude"] == pytest.approx(SLOWDOWN - 1, abs=0.02)
     assert planted["culprit_sha"] == sha(PLANT_DAY)  # written back by the bisection
     regressed = _panel_rows(
         seeded, reader, "kw-fleet", "Kernels that regressed in the time range, per GPU"
@@ -740,24 +814,82 @@ def test_journey_from_an_open_regression_to_its_culprit_magnitude_and_repro(seed
     assert f"git worktree add /tmp/kw-{sha(PLANT_DAY)[:12]} {sha(PLANT_DAY)}" in culprit["repro"]
 
 
-def test_morning_after_compares_the_last_two_nights_with_the_nights_verdicts(seeded, reader):
-    title = "Last night against the night before, worst first"
-    rows = _panel_rows(seeded, reader, "kw-fleet", title)
-    assert [r["ratio"] for r in rows] == sorted((r["ratio"] for r in rows), reverse=True)
-    assert {r["device_model"] for r in rows} == {MODELS[m][0] for m in (H100, H200, B200)}
-    assert all(r["ratio_ci_low"] <= r["ratio"] <= r["ratio_ci_high"] for r in rows)
+MORNING = "Last night: what the nightly decided, then the rest"
+
+
+def test_morning_after_shows_what_the_nightly_decided_with_that_decisions_numbers(seeded, reader):
+    rows = _panel_rows(seeded, reader, "kw-fleet", MORNING)
+    # The confirmed regression first, with the A/B's own range and numbers, and the one
+    # magnitude the open regressions show for it; the night-over-night ratio is context.
+    first = rows[0]
+    assert (first["decided"], first["kernel"], first["regression_id"]) == (
+        "regression",
+        "rms_norm",
+        seeded.confirmed,
+    )
+    assert (first["ab_verdict"], first["ab_ratio"]) == ("SLOWER", AB_RATIO)
+    assert (first["ab_ci_low"], first["ab_ci_high"]) == AB_CI
+    assert (first["ab_base_sha"], first["ab_head_sha"]) == (sha(AB_BASE_DAY), sha(DAYS - 1))
+    assert first["previous_sha"] == sha(DAYS - 2) != first["ab_base_sha"]
+    (opened,) = [r for r in _panel_rows(seeded, reader, "kw-fleet", "Open regressions")
+                 if r["regression_id"] == seeded.confirmed]  # fmt: skip
+    assert first["magnitude"] == opened["magnitude"] == pytest.approx(AB_RATIO - 1)
     (planted,) = [r for r in rows if r["series_key"] == seeded.planted_key]
-    assert (planted["verdict"], planted["outcome"]) == ("SAME", "checked_noise")
+    assert (planted["decided"], planted["ab_verdict"]) == ("checked_noise", "SAME")
     assert planted["commit_sha"] == sha(DAYS - 1) and planted["previous_sha"] == sha(DAYS - 2)
+    # Nothing else moved: the nightly suspected nothing else, whatever two medians say.
+    rest = [r for r in rows if r["series_key"] not in (first["series_key"], planted["series_key"])]
+    assert {r["decided"] for r in rest} == {"not suspected"}
+    assert all(r["ab_verdict"] is None and r["magnitude"] is None for r in rest)
+    assert [r["decided"] for r in rows[:2]] == ["regression", "checked_noise"]
     (failure,) = _panel_rows(
         seeded, reader, "kw-fleet", "Last night's correctness and static findings"
     )
     assert (failure["kind"], failure["case_label"]) == ("correctness", "tokens=7")
-    _choice, request, variables = _follow(_panel("kw-fleet", title), planted, reader)
+    _choice, request, variables = _follow(_panel("kw-fleet", MORNING), planted, reader)
     points = _history_rows(
         reader, request, variables, "Points, with the command that measures each commit again"
     )
     assert {sha(DAYS - 1), sha(DAYS - 2)} <= {p["commit_sha"] for p in points}
+
+
+def test_morning_after_flags_a_stopped_pool_and_a_failed_night(seeded, reader):
+    rows = _panel_rows(seeded, reader, "kw-fleet", MORNING)
+    by_model = {}
+    for r in rows:
+        by_model.setdefault(r["device_model"], []).append(r["caveats"])
+    # H100's nightly stopped H100_STOPS nights ago: its rows are not last night's.
+    assert all(c.startswith("stale: ") for c in by_model[MODELS[H100][0]])
+    assert not any("stale" in c for m in (H200, B200) for c in by_model[MODELS[m][0]])
+    # H200's newest nightly failed: its rows compare the two nights before that.
+    assert all("the nightly after it failed" in c for c in by_model[MODELS[H200][0]])
+    # The stale rows come after the fresh ones that the nightly decided nothing about.
+    unsuspected = [r for r in rows if r["decided"] == "not suspected"]
+    stale = ["stale" in r["caveats"] for r in unsuspected]
+    assert stale == sorted(stale) and any(stale)
+
+
+def test_morning_after_flags_a_failed_run_between_the_two_nights(seeded):
+    """A failed nightly between B200's last two: the comparison spans it (stored and rolled
+    back in one transaction, so the module's other tests never see it)."""
+    b200 = MODELS[B200][0]
+    flags = "SELECT DISTINCT failed_between, failed_after FROM report_night_comparison "
+    flags += "WHERE device_model = %s"
+    with psycopg.connect(seeded.url) as conn, conn.transaction():
+        assert conn.execute(flags, (b200,)).fetchall() == [(0, 0)]
+        (between,) = conn.execute(
+            "SELECT DISTINCT previous_night + (night - previous_night) / 2 "
+            "FROM report_night_comparison WHERE device_model = %s",
+            (b200,),
+        ).fetchone()
+        fleet = Fleet(models=3, series=1, days=1, samples=3, pr_runs_per_day=0)
+        commit = CommitInfo("e" * 40, (sha(DAYS - 2),), between.isoformat(), "broke", "main")
+        run = make_run(fleet, np.random.default_rng(3), devices(B200)[0], cases(1),
+                       np.full(1, 1e4), between, "nightly", commit)  # fmt: skip
+        Ingester(conn).ingest(Run(dataclasses.replace(run.info, status="failed"), ()))
+        spanned = conn.execute(flags, (b200,)).fetchall()
+        raise psycopg.Rollback()
+    assert spanned == [(1, 0)]
 
 
 def test_pr_dashboard_shows_the_ab_verdicts_of_a_pr_check(seeded, reader):
