@@ -24,6 +24,11 @@ def pr_check(
     repository: RepositoryOption = None,
     pool: PoolOption = "local",
     out: Annotated[Path | None, typer.Option(help="Where the comment and the report go.")] = None,
+    pr: Annotated[
+        int | None, typer.Option(min=1, help="The pull request's number, for the PR dashboard.")
+    ] = None,
+    branch: Annotated[str, typer.Option(help="The pull request's branch.")] = "",
+    author: Annotated[str, typer.Option(help="The pull request's author.")] = "",
 ) -> None:
     """Compare HEAD against BASE on this device: both checked, built and timed interleaved.
     Writes the PR comment (markdown) and the HTML report and prints their paths.
@@ -44,6 +49,9 @@ def pr_check(
             repository=repository,
             pool=pool,
             out_dir=str(out) if out else None,
+            pr_number=pr,
+            branch=branch,
+            author=author,
         ),
         unavailable=2,
     )

@@ -61,17 +61,24 @@ def new_dashboard(uid: str, title: str, description: str, since: str) -> sdk.Das
 
 
 def variable(
-    name: str, label: str, sql: str, *, multi: bool = False, include_all: bool = False
+    name: str,
+    label: str,
+    sql: str,
+    *,
+    multi: bool = False,
+    include_all: bool = False,
+    in_query_order: bool = False,
 ) -> sdk.QueryVariable:
     """A template variable whose options are the rows of ``sql`` (one column, or
-    ``__text``/``__value``), re-read whenever the dashboard loads."""
+    ``__text``/``__value``), re-read whenever the dashboard loads; sorted by text unless
+    ``in_query_order`` (newest first, say: the first option is the one a dashboard opens)."""
     query = (
         sdk.QueryVariable(name)
         .label(label)
         .datasource(DATASOURCE)
         .query(sql.strip())
         .refresh(VariableRefresh.ON_DASHBOARD_LOAD)
-        .sort(VariableSort.ALPHABETICAL_ASC)
+        .sort(VariableSort.DISABLED if in_query_order else VariableSort.ALPHABETICAL_ASC)
         .multi(multi)
         .include_all(include_all)
     )

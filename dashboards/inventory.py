@@ -103,5 +103,26 @@ def _options(
     if variable["type"] == "custom":
         return tuple(v.strip() for v in variable["query"].split(","))
     columns, rows = run(expand(variable["query"], request, values))
-    column = columns.index("__value") if "__value" in columns else 0
-    return tuple(str(row[column]) for row in rows)
+    value = columns.index("__value") if "__value" in columns else 0
+    text = columns.index("__text") if "__text" in columns else value
+    options = [(str(row[text]), str(row[value])) for row in rows]
+    return tuple(v for _t, v in _sorted(options, variable.get("sort", 0)))
+
+
+def _number(text: str) -> int:
+    digits = "".join(c for c in text if c.isdigit())
+    return int(digits) if digits else 0
+
+
+#: Grafana's variable sorts by their ascending number (the descending one is one more).
+_SORT_KEYS: dict[int, Callable[[str], Any]] = {1: str, 3: _number, 5: str.lower, 7: str}
+
+
+def _sorted(options: list[tuple[str, str]], sort: int) -> list[tuple[str, str]]:
+    """(text, value) options in the order Grafana lists them for the variable's ``sort``:
+    the query's own order when disabled, else by text (so the first option, which a
+    dashboard opens on, is the newest only where the order is the query's)."""
+    if sort == 0:
+        return options
+    key = _SORT_KEYS[sort - 1 if sort % 2 == 0 else sort]
+    return sorted(options, key=lambda option: key(option[0]), reverse=sort % 2 == 0)

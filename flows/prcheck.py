@@ -26,9 +26,9 @@ from kernelwatch.harness.worktree import checkout
 from kernelwatch.report import signature
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.html import write_compare_report
-from kernelwatch.report.markdown import error_comment, pr_comment
+from kernelwatch.report.markdown import error_comment, merge_verdict, pr_comment
 from kernelwatch.report.repro import repository_sources
-from kernelwatch.store.pr_findings import insert_pr_findings
+from kernelwatch.store.pr_findings import PrCheck, insert_pr_check
 
 NO_REGRESSION, REGRESSION, ERROR = 0, 1, 2
 
@@ -53,8 +53,12 @@ def pr_check(
     repository: str | None = None,
     pool: str = configuration.LOCAL_POOL,
     out_dir: str | None = None,
+    pr_number: int | None = None,
+    branch: str = "",
+    author: str = "",
 ) -> PrCheckSummary:
-    """Compare ``head`` against ``base`` of ``repository`` on this worker's device."""
+    """Compare ``head`` against ``base`` of ``repository`` on this worker's device.
+    ``pr_number``, ``branch`` and ``author`` name the pull request on the PR dashboard."""
     config = configuration.load()
     repo = config.repository(repository)
     config.pool(pool)
@@ -103,11 +107,11 @@ def pr_check(
             conn, run_a.info.run_id, run_b.info.run_id, config.thresholds
         )
         report = write_compare_report(conn, comparison, out, sources=repository_sources(config))
-        insert_pr_findings(
-            conn, run_b.info.run_id, run_a.info.run_id, pr_findings(comparison), str(report)
-        )
+        link = report_url(report, Path(config.run.report_dir), config.run.report_url)
+        check = PrCheck(comparison.outcome, merge_verdict(comparison), link, pr_number,
+                        branch, author)  # fmt: skip
+        insert_pr_check(conn, run_b.info.run_id, run_a.info.run_id, check, pr_findings(comparison))
     comment = out / "pr-comment.md"
-    link = report_url(report, Path(config.run.report_dir), config.run.report_url)
     markdown = pr_comment(comparison, report_link=link)
     comment.write_text(markdown)
     _publish(markdown, repo.name, base_sha, head_sha)

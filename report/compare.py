@@ -135,13 +135,15 @@ def pr_findings(comparison: Comparison) -> list[PrFinding]:
     found = [
         PrFinding("timing", c.head.kernel, c.head.case_label, c.head.dtype, c.verdict_name,
                   *((c.verdict.ratio, c.verdict.ci_low, c.verdict.ci_high, c.verdict.p_value)
-                    if c.verdict is not None else (None, None, None, None)), c.problem)
+                    if c.verdict is not None else (None, None, None, None)), c.problem,
+                  base_ns=c.base.median_ns, head_ns=c.head.median_ns)
         for c in comparison.cases
     ]  # fmt: skip
     found += [
-        PrFinding("static", f.kernel, f.case, f.dtype, f.rule, detail=f.message)
+        PrFinding("static", f.kernel, f.case, f.dtype, f.rule, detail=f.message, arch=f.arch,
+                  function=f.function, before_value=f.before, after_value=f.after)
         for f in comparison.static
-    ]
+    ]  # fmt: skip
     found += [
         PrFinding("correctness", f.kernel, f.case_label, f.dtype, f.verdict, detail=f.reason)
         for f in comparison.correctness_failures

@@ -58,26 +58,36 @@ def pr_comment(
     return _fit(head, _tables(comparison), tail, limit)
 
 
-def _headline(c: Comparison) -> str:
-    lines = [MARKER.format(outcome=c.outcome)]
+def merge_verdict(c: Comparison) -> str:
+    """The comment's verdict in words, as its headline gives it (and the PR dashboard)."""
     if c.outcome == 2:
-        lines.append(f"### ⚠️ kernelwatch could not compare this PR: {_text(c.problem)}")
-    elif c.outcome == 1:
+        return f"could not compare this PR: {c.problem}"
+    if c.outcome == 1:
         found = [
             _count(len(c.slower), "case slower", "cases slower"),
             _count(len(c.static), "static regression", "static regressions"),
             _count(len(c.correctness_failures), "correctness failure", "correctness failures"),
         ]
-        lines.append(f"### ❌ kernelwatch: {', '.join(f for f in found if f)}")
+        return ", ".join(f for f in found if f)
+    faster = f" ({len(c.faster)} faster)" if c.faster else ""
+    # An unsettled case is no verdict: "no regression" above it would read as one.
+    ambiguous = len(c.with_verdict("AMBIGUOUS"))
+    if ambiguous:
+        return (
+            f"{_count(ambiguous, 'case inconclusive', 'cases inconclusive')}, none slower{faster}"
+        )
+    return f"no regression{faster}"
+
+
+def _headline(c: Comparison) -> str:
+    lines = [MARKER.format(outcome=c.outcome)]
+    if c.outcome == 2:  # the problem may quote the pull request's own text
+        lines.append(f"### ⚠️ kernelwatch could not compare this PR: {_text(c.problem)}")
     else:
-        faster = f" ({len(c.faster)} faster)" if c.faster else ""
-        # An unsettled case is no verdict: "no regression" above it would read as one.
-        ambiguous = len(c.with_verdict("AMBIGUOUS"))
-        if ambiguous:
-            inconclusive = _count(ambiguous, "case inconclusive", "cases inconclusive")
-            lines.append(f"### ⚠️ kernelwatch: {inconclusive}, none slower{faster}")
-        else:
-            lines.append(f"### ✅ kernelwatch: no regression{faster}")
+        verdict = merge_verdict(c)  # counts and words of ours only
+        ambiguous = c.outcome == 0 and c.with_verdict("AMBIGUOUS")
+        mark = "❌" if c.outcome == 1 else "⚠️" if ambiguous else "✅"
+        lines.append(f"### {mark} kernelwatch: {verdict}")
     device = c.head.device
     lines.append(
         f"`{fmt.sha(c.base.commit_sha)}` → `{fmt.sha(c.head.commit_sha)}` on {_text(device.name)} "

@@ -47,9 +47,11 @@ from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
 from kernelwatch.dashboards.macros import Request, expand, expand_link
 from kernelwatch.dashboards.triage_board import STATES
 from kernelwatch.flows.detection import detect_and_alert
+from kernelwatch.flows.reporting import report_url
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
+from kernelwatch.report.markdown import merge_verdict
 from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.findings import (
     NewChangePoint,
@@ -59,7 +61,7 @@ from kernelwatch.store.findings import (
 )
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.ingest import Ingester
-from kernelwatch.store.pr_findings import insert_pr_findings
+from kernelwatch.store.pr_findings import PrCheck, insert_pr_check
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.suspects import SuspectRow, commit_id, insert_suspects
 
@@ -229,32 +231,43 @@ def _confirmed_overnight(conn: psycopg.Connection) -> int:
     return regression_id
 
 
-PR_REPORT = "https://reports.example/kernelwatch/compare-pr-1.html"
+#: The reports are served from REPORT_DIR at REPORT_BASE ([run] report_dir, report_url).
+REPORT_DIR, REPORT_BASE = Path("/srv/kernelwatch/reports"), "https://reports.example/kw"
+#: The pull request checked on B200 and H200 (its head slows flash_attention by 10%), and an
+#: older one checked on B200 a day before, changing nothing.
+PR, OLDER_PR = (42, "feature/fused-attn", "alice"), (41, "docs", "bob")
+PR_HEAD, OLDER_HEAD = "f" * 40, "d" * 40
 
 
-def _pr_check(conn: psycopg.Connection, ingester: Ingester) -> str:
-    """A PR check on B200 whose head slows every flash_attention case by 10%, compared and
-    recorded as the PR flow does; the head run's id."""
-    rng = np.random.default_rng(11)
+def _pr_check(conn: psycopg.Connection, ingester: Ingester, model: int, head_sha: str,
+              pr: tuple[int, str, str], hours_ago: float) -> str:  # fmt: skip
+    """A PR check on ``model``, compared and recorded as the PR flow does: its report is a
+    file under the report folder; the head run's id."""
+    rng = np.random.default_rng([11, model, int(head_sha[:8], 16)])
     fleet_cases = cases(21)
     fleet = Fleet(models=3, series=21, days=DAYS, samples=30, pr_runs_per_day=0)
     level = rng.uniform(5e3, 5e6, size=len(fleet_cases))
-    slowed = level * np.array([SLOWDOWN if c.kernel == "flash_attention" else 1.0
+    slowdown = SLOWDOWN if head_sha == PR_HEAD else 1.0
+    slowed = level * np.array([slowdown if c.kernel == "flash_attention" else 1.0
                                for c in fleet_cases])  # fmt: skip
-    at = END - timedelta(hours=5)
+    at = END - timedelta(hours=hours_ago)
     base_commit = CommitInfo(sha(DAYS - 1), (sha(DAYS - 2),), at.isoformat(), "change", "main")
-    head_commit = CommitInfo("f" * 40, (sha(DAYS - 1),), at.isoformat(), "pr 1", "pr-1")
-    device = devices(B200)[0]
+    head_commit = CommitInfo(head_sha, (sha(DAYS - 1),), at.isoformat(), "pr", pr[1])
+    device = devices(model)[0]
     base = make_run(fleet, rng, device, fleet_cases, level, at, "pr", base_commit)
     head = make_run(fleet, rng, device, fleet_cases, slowed, at + timedelta(minutes=30), "pr",
                     head_commit, sha(DAYS - 1))  # fmt: skip
-    # and its sm_100a build loses the tcgen05 path and spills: a static finding
+    # and the PR's sm_100a build loses the tcgen05 path and spills: a static finding
+    lost = PLANT_DAY if head_sha == PR_HEAD else 0
     base = Run(base.info, (*base.records, _build("sm_100a", "fp16", 0)))
-    head = Run(head.info, (*head.records, _build("sm_100a", "fp16", PLANT_DAY)))
+    head = Run(head.info, (*head.records, _build("sm_100a", "fp16", lost)))
     for run in (base, head):
         ingester.ingest(run)
     comparison = comparison_from_runs(conn, base.info.run_id, head.info.run_id, Thresholds())
-    insert_pr_findings(conn, head.info.run_id, base.info.run_id, pr_findings(comparison), PR_REPORT)
+    report = REPORT_DIR / f"pr-{pr[0]}-{model}" / "compare.html"
+    check = PrCheck(comparison.outcome, merge_verdict(comparison),
+                    report_url(report, REPORT_DIR, REPORT_BASE), *pr)  # fmt: skip
+    insert_pr_check(conn, head.info.run_id, base.info.run_id, check, pr_findings(comparison))
     return head.info.run_id
 
 
@@ -285,7 +298,9 @@ def seeded(pg_server):
         add_regressions(conn, 20, seed=1, back=12)
         for run in comm_runs(END, 3):  # after the synthetic regressions, which pick series
             ingester.ingest(run)
-        pr_head = _pr_check(conn, ingester)
+        _pr_check(conn, ingester, B200, OLDER_HEAD, OLDER_PR, 30)
+        pr_head = _pr_check(conn, ingester, B200, PR_HEAD, PR, 5)
+        _pr_check(conn, ingester, H200, PR_HEAD, PR, 4)
         quarter_keys = [k for (k,) in conn.execute(
             "SELECT s.key FROM series s JOIN kernels k ON k.id = s.kernel_id "
             "WHERE k.name = 'flash_attention' AND s.device_model = %s ORDER BY 1",
@@ -330,7 +345,6 @@ def _choices(seeded) -> dict[str, dict[str, object]]:
     return {
         "kw-history": history,
         "kw-builds": {"kernel": "flash_attention"},
-        "kw-pr": {"check": seeded.pr_head},
         "kw-quarter": {
             "kernel": ["flash_attention"],
             "gpu": [MODELS[B200][0]],
@@ -609,6 +623,53 @@ def test_reader_role_cannot_read_tables(seeded):
         pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
         conn.execute("SELECT count(*) FROM measurements")
+
+
+def test_migration_0012_keeps_the_checks_stored_before_it(pg_server):
+    """PR checks stored at 0011 become checks with a verdict from their findings, and a
+    report that was a worker's path becomes no link; a URL stays."""
+    from kernelwatch.store import migrate
+
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS t_pr_migrate")
+        conn.execute("CREATE DATABASE t_pr_migrate TEMPLATE kernelwatch")
+    url = pg_server.url("t_pr_migrate")
+    migrate.downgrade(url, "0011")
+    fleet = Fleet(models=3, series=2, days=1, samples=3, pr_runs_per_day=0)
+    rng = np.random.default_rng(5)
+    commit = CommitInfo(sha(0), (), END.isoformat(), "c", "main")
+    runs = [make_run(fleet, rng, devices(B200)[0], cases(2), np.full(2, 1e4), END, "pr", commit)
+            for _ in range(4)]  # fmt: skip
+    with psycopg.connect(url) as conn:
+        ingester = Ingester(conn)
+        for run in runs:
+            ingester.ingest(run)
+        ids = [conn.execute("SELECT id FROM runs WHERE run_id = %s", (r.info.run_id,))
+               .fetchone()[0] for r in runs]  # fmt: skip
+        findings = [
+            (ids[1], ids[0], "SLOWER", "/var/lib/kernelwatch/reports/pr-1.html"),
+            (ids[3], ids[2], "SAME", "https://reports.example/kw/pr-2.html"),
+        ]
+        for head, base, verdict, report in findings:
+            conn.execute(
+                "INSERT INTO pr_findings (head_run_id, base_run_id, kind, kernel, case_label, "
+                "dtype, verdict, report) VALUES (%s, %s, 'timing', 'gemm', 'm=1', 'fp16', %s, %s)",
+                (head, base, verdict, report),
+            )
+        conn.commit()
+    migrate.upgrade(url)
+    with psycopg.connect(url) as conn:
+        checks = conn.execute(
+            "SELECT head_run_id, outcome, verdict, report FROM pr_checks ORDER BY 1"
+        ).fetchall()
+    assert checks == [
+        (ids[1], 1, "regression", None),
+        (ids[3], 0, "no regression", "https://reports.example/kw/pr-2.html"),
+    ]
+    migrate.downgrade(url, "0011")
+    with psycopg.connect(url) as conn:
+        kept = conn.execute("SELECT head_run_id, report FROM pr_findings ORDER BY 1").fetchall()
+    assert kept == [(ids[1], None), (ids[3], "https://reports.example/kw/pr-2.html")]
 
 
 def test_migration_0004_down_removes_its_views_functions_and_column(pg_server):
@@ -892,23 +953,42 @@ def test_morning_after_flags_a_failed_run_between_the_two_nights(seeded):
     assert spanned == [(1, 0)]
 
 
-def test_pr_dashboard_shows_the_ab_verdicts_of_a_pr_check(seeded, reader):
-    title = "A/B verdicts, slowest first"
-    rows = _panel_rows(seeded, reader, "kw-pr", title)
-    assert len(rows) == 21 and {r["head_sha"] for r in rows} == {"f" * 40}
+def test_journey_from_a_pull_request_to_its_merge_verdict_medians_and_report(seeded, reader):
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-pr"]
+    run = _runner(reader)
+    # The picker opens on the newest check and names its pull request.
+    names, options = run(expand(dashboard["templating"]["list"][1]["query"], seeded.request,
+                                inventory.resolve(dashboard, seeded.request, run)))  # fmt: skip
+    text = [dict(zip(names, o, strict=True))["__text"] for o in options]
+    assert text[0].startswith("#42 feature/fused-attn by alice at ffffffffffff (2 GPUs, ")
+    assert text[1].startswith("#41 docs by bob at dddddddddddd (1 GPU, ")
+    assert inventory.resolve(dashboard, seeded.request, run)["check"].values == (PR_HEAD,)
+    verdicts = _panel_rows(seeded, reader, "kw-pr", "Merge verdict, per GPU")
+    assert [(r["device_model"], r["outcome"]) for r in verdicts] == [
+        (MODELS[B200][0], 1), (MODELS[H200][0], 1)]  # fmt: skip
+    assert {r["pr"] for r in verdicts} == {"#42"} and {r["author"] for r in verdicts} == {"alice"}
+    b200 = verdicts[0]
+    assert b200["merge_verdict"] == "3 cases slower, 2 static regressions"
+    assert b200["report_url"] == f"{REPORT_BASE}/pr-42-{B200}/compare.html"
+    rows = _panel_rows(seeded, reader, "kw-pr", "A/B verdicts, slowest first")
+    assert len(rows) == 42 and {r["head_sha"] for r in rows} == {PR_HEAD}
     slower = [r for r in rows if r["verdict"] == "SLOWER"]
-    assert {r["kernel"] for r in slower} == {"flash_attention"} and len(slower) == 3
-    assert rows[:3] == sorted(slower, key=lambda r: -r["ratio"])
+    assert {r["kernel"] for r in slower} == {"flash_attention"} and len(slower) == 6
+    assert rows[:6] == sorted(slower, key=lambda r: -r["ratio"])
     for r in slower:
         assert r["ci_low"] <= r["ratio"] <= r["ci_high"]
         assert r["ratio"] == pytest.approx(SLOWDOWN, abs=0.03)
-    assert {r["verdict"] for r in rows[3:]} <= {"SAME", "AMBIGUOUS", "FASTER"}
-    (link,) = _panel("kw-pr", title)["fieldConfig"]["defaults"]["links"]
-    assert expand_link(link["url"], rows[0]) == PR_REPORT
+        assert r["head_us"] / r["base_us"] == pytest.approx(r["ratio"], rel=0.03)
+    assert {r["verdict"] for r in rows[6:]} <= {"SAME", "AMBIGUOUS", "FASTER"}
+    (link,) = _panel("kw-pr", "A/B verdicts, slowest first")["fieldConfig"]["defaults"]["links"]
+    assert expand_link(link["url"], rows[0]).startswith(f"{REPORT_BASE}/pr-42-")
     static = _panel_rows(seeded, reader, "kw-pr", "Static findings and correctness failures")
-    assert static and {(r["kind"], r["kernel"]) for r in static} == {("static", "flash_attention")}
+    assert static and {(r["kind"], r["kernel"], r["function"], r["arch"]) for r in static} == {
+        ("static", "flash_attention", "attn_fwd", "sm_100a")}  # fmt: skip
+    assert {(r["verdict"], r["before_value"], r["after_value"]) for r in static} >= {
+        ("tensor_core", "tcgen05", "HMMA")}  # fmt: skip
     counts = _panel_rows(seeded, reader, "kw-pr", "Verdicts of this check")
-    assert sum(c["cases"] for c in counts) == 21
+    assert sum(c["cases"] for c in counts) == 42
 
 
 def test_quarter_view_plots_ours_and_the_baselines_medians_for_three_cases(seeded, reader):

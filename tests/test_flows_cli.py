@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 from webhooks import webhook_recorder
 
@@ -139,9 +140,20 @@ def test_pr_check_command_exits_1_on_the_planted_regression_and_prints_its_files
     monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
     monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
     proc = kernelwatch_cli(
-        "pr-check", "--base", demo_repo.culprit_parent, "--head", demo_repo.culprit, env=prefect_api
-    )
+        "pr-check", "--base", demo_repo.culprit_parent, "--head", demo_repo.culprit,
+        "--pr", "17", "--branch", "faster-norm", "--author", "mallory", env=prefect_api,
+    )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
+    # The PR dashboard's row: the pull request, the comment's verdict, and no report URL
+    # where none is configured (a path on the worker is not a link).
+    with psycopg.connect(store_url) as conn:
+        (check,) = conn.execute(
+            "SELECT pr, branch, author, outcome, merge_verdict, report_url, head_sha "
+            "FROM report_pr_checks"
+        ).fetchall()
+    assert check[:4] == ("#17", "faster-norm", "mallory", 1)
+    assert check[4].startswith("1 case slower") and check[5] is None
+    assert check[6] == demo_repo.culprit
     files = dict(line.split(": ", 1) for line in proc.stdout.strip().splitlines())
     assert {"comment", "report"} <= files.keys(), (proc.stdout, proc.stderr[-3000:])
     comment, report = Path(files["comment"]), Path(files["report"])

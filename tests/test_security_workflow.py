@@ -235,3 +235,37 @@ def test_the_workflow_verifies_the_comment_before_posting_it():
     step = _workflow()["jobs"]["check"]["steps"][verify]
     assert "verify_comment.py" in step["run"]
     assert step["env"] == {"KERNELWATCH_VERDICT_KEY": "${{ secrets.KERNELWATCH_VERDICT_KEY }}"}
+
+
+def test_the_pull_requests_own_text_reaches_the_flow_as_data(tmp_path):
+    """The deployment step hands the PR dashboard its number, branch and author. The branch
+    and login are the pull request's text: they arrive in the flow's parameters verbatim,
+    and nothing in them runs."""
+    (check,) = [
+        j
+        for j in _workflow()["jobs"].values()
+        if "steps" in j
+        and any(
+            s.get("name") == "Start the pr_check deployment on the GPU pool" for s in j["steps"]
+        )
+    ]
+    (step,) = [s for s in check["steps"] if s.get("id") == "flow"]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "prefect").write_text(
+        '#!/bin/sh\nprintf "%s\\0" "$@" > "$ARGS"\necho "Created flow run. UUID: 0-1"\n'
+    )
+    (fake / "prefect").chmod(0o755)
+    branch = 'x$(touch pwned)`touch pwned`"; touch pwned #'
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "ARGS": str(tmp_path / "args"), "PR": "42",
+           "BRANCH": branch, "AUTHOR": "mallory", "BASE": "a" * 40, "HEAD": "1" * 39 + "e",
+           "REPOSITORY": "llm-kernels", "POOL": "gpu-h100",
+           "GITHUB_OUTPUT": str(tmp_path / "out")}  # fmt: skip
+    proc = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    args = (tmp_path / "args").read_text().split("\0")
+    params = json.loads(args[args.index("--params") + 1])
+    assert params == {"base": "a" * 40, "head": "1" * 39 + "e", "repository": "llm-kernels",
+                      "pr_number": 42, "branch": branch, "author": "mallory"}  # fmt: skip
+    assert not (tmp_path / "pwned").exists()
