@@ -1,21 +1,68 @@
-"""Kernels over a quarter: "how has kernel X on H200 moved this quarter against
-cuBLAS/FlashAttention, and how close to speed-of-light is it?" for several cases at once:
-ours and the baseline library's medians (log scale, by time or in commit order), TFLOP/s and
-GB/s, %SOL, with change points and bisection verdicts marked where the commit first ran."""
+"""Kernels over a quarter: "over the quarter, how do our kernels compare with the stock
+library and speed-of-light, per family and GPU?" first (geometric-mean speedup and mean %SOL
+per family and per kernel by night, and old -> new between the range's first and last
+night, from the sums kept at ingest), then "how has kernel X on H200 moved?" for several
+cases at once: ours and the baseline library's medians (log scale, by time or in commit
+order), TFLOP/s and GB/s, %SOL, with change points and bisection verdicts marked where the
+commit first ran."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from grafana_foundation_sdk.builders import common as sdk_common
 from grafana_foundation_sdk.builders import dashboard as sdk
 from grafana_foundation_sdk.builders import trend
 from grafana_foundation_sdk.models.common import ScaleDistribution
-from grafana_foundation_sdk.models.dashboard import DataTransformerConfig
+from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataTransformerConfig
 
 from kernelwatch.dashboards import common, marks
 
 UID = "kw-quarter"
 
 _CASES = "repository = '$repository' AND series_key = ANY(ARRAY[$case]::text[])"
+_FAMILIES = """repository = '$repository' AND family = ANY(ARRAY[$family]::text[])
+  AND device_model = ANY(ARRAY[$gpu]::text[])"""
+#: A GPU model as a legend says it: "NVIDIA H100 80GB HBM3" -> "H100".
+_GPU = "split_part(replace(device_model, 'NVIDIA ', ''), ' ', 1)"
+#: A line per family (or kernel), GPU and method: the timer joins the name only where a
+#: family's GPU measured with more than one method in the range (a method change).
+_LINE = """{name} || ' ' || {gpu} || CASE WHEN count(*) OVER (PARTITION BY {name}, device_model)
+    > count(*) OVER (PARTITION BY {name}, device_model, method)
+    THEN ' [' || split_part(method, '/', 1) || ']' ELSE '' END"""
+
+
+def _by_night(view: str, name: str, column: str) -> str:
+    line = _LINE.format(name=name, gpu=_GPU)
+    return f"""
+SELECT night AS "time", {line} AS metric, {column}
+FROM {view}
+WHERE {_FAMILIES} AND $__timeFilter(night) AND {column} IS NOT NULL
+ORDER BY 1
+"""
+
+
+def _old_new(view: str, names: str) -> str:
+    """Per ``names``, GPU and method: the range's first and last night side by side."""
+    return f"""
+WITH shown AS (
+  SELECT * FROM {view} WHERE {_FAMILIES} AND $__timeFilter(night)
+), ends AS (
+  SELECT {names}, device_model, method, min(night) AS first_night, max(night) AS last_night
+  FROM shown GROUP BY {names}, device_model, method
+)
+SELECT {names}, e.device_model, split_part(e.method, '/', 1) AS timer, o.speedup_geomean AS
+  speedup_old, n.speedup_geomean AS speedup_new, n.speedup_geomean / NULLIF(o.speedup_geomean, 0)
+  AS speedup_change, o.mean_pct_sol AS sol_old, n.mean_pct_sol AS sol_new, n.cases,
+  e.first_night, e.last_night, '$repository' AS repository,
+  (date_part('epoch', e.first_night) * 1000)::bigint AS from_ms,
+  (date_part('epoch', e.last_night) * 1000)::bigint + 1 AS to_ms
+FROM ends e
+  JOIN shown o USING ({names}, device_model, method)
+  JOIN shown n USING ({names}, device_model, method)
+WHERE o.night = e.first_night AND n.night = e.last_night
+ORDER BY {names}, e.device_model
+"""
 
 
 def _log() -> sdk_common.ScaleDistributionConfig:
@@ -31,6 +78,46 @@ SELECT {{x}}, case_text || ' (' || baseline || ')', baseline_median_ns FROM repo
 WHERE {_CASES} AND $__timeFilter(measured_at) AND baseline_median_ns IS NOT NULL
 ORDER BY 1
 """
+
+
+def _old_new_panel(unit: str, view: str, names: str, description: str) -> Any:
+    """The range's first and last night per ``unit`` (family or kernel) and GPU; a row links
+    to this dashboard narrowed to its ``unit`` over the same nights."""
+    url = (
+        f"/d/{UID}/?var-repository=${{__data.fields.repository:percentencode}}"
+        f"&var-{unit}=${{__data.fields.{unit}:percentencode}}"
+        "&from=${__data.fields.from_ms}&to=${__data.fields.to_ms}"
+    )
+    link = sdk.DashboardLink("Narrow to this row").type(DashboardLinkType.LINK).url(url)
+    return (
+        common.table_panel(
+            f"Old -> new over the time range, per {unit} and GPU",
+            _old_new(view, names),
+            w=12,
+            h=8,
+        )
+        .description(description)
+        .decimals(3)
+        .data_links([link])
+        .override_by_name("sol_old", [common.unit("percent")])
+        .override_by_name("sol_new", [common.unit("percent")])
+    )
+
+
+def _throughput(unit: str, column: str, description: str) -> Any:
+    """One throughput of the chosen cases by night, on an axis of its own unit."""
+    return common.timeseries_panel(
+        f"Throughput: {unit}",
+        f"""
+SELECT measured_at AS "time", case_text AS metric, {column}
+FROM report_quarter_points
+WHERE {_CASES} AND $__timeFilter(measured_at) AND {column} IS NOT NULL
+ORDER BY 1
+""",
+        w=8,
+        h=8,
+        unit=f"suffix: {unit}",
+    ).description(description)
 
 
 def dashboard() -> sdk.Dashboard:
@@ -65,6 +152,16 @@ def dashboard() -> sdk.Dashboard:
             since="90d",
         )
         .with_variable(common.repository_variable())
+        .with_variable(
+            common.variable(
+                "family",
+                "Family",
+                "SELECT DISTINCT CASE WHEN family <> '' THEN family ELSE kernel END "
+                "FROM report_kernels WHERE repository = '$repository' ORDER BY 1",
+                multi=True,
+                include_all=True,
+            )
+        )
         .with_variable(common.kernel_variable(multi=True))
         .with_variable(common.gpu_variable(multi=True))
         .with_variable(
@@ -84,6 +181,63 @@ WHERE repository = '$repository' AND kernel = ANY(ARRAY[$kernel]::text[])
         .annotation(marks.bisection_verdicts(_CASES))
         .with_panel(
             common.timeseries_panel(
+                "Speedup over the stock library, geometric mean per family and GPU",
+                _by_night("report_night_families", "family", "speedup_geomean"),
+                w=12,
+                h=8,
+                unit="x",
+            ).description(
+                "Per family and GPU model, by night: the geometric mean over the family's cases "
+                "of the stock library's median over ours (above 1: ours is faster). A line per "
+                "measurement method: where the method changed, the timer is in the name."
+            )
+        )
+        .with_panel(
+            common.timeseries_panel(
+                "Mean %SOL per family and GPU",
+                _by_night("report_night_families", "family", "mean_pct_sol"),
+                w=12,
+                h=8,
+                unit="percent",
+            )
+            .description(
+                "Per family and GPU model, by night: the mean over the family's cases of the "
+                "larger of compute and memory throughput against the GPU's peak."
+            )
+            .thresholds(common.sol_thresholds())
+        )
+        .with_panel(
+            _old_new_panel(
+                "family",
+                "report_night_families",
+                "family",
+                "The first and the last night of the time range: geometric-mean speedup "
+                "and mean %SOL of each family on each GPU, and the change of the speedup "
+                "(below 1: ours lost ground on the library). Click a row for its kernels.",
+            )
+        )
+        .with_panel(
+            _old_new_panel(
+                "kernel",
+                "report_night_kernels",
+                "family, kernel",
+                "The same per kernel of the chosen families. Click a row for its cases.",
+            )
+        )
+        .with_panel(
+            common.timeseries_panel(
+                "Speedup over the stock library, geometric mean per kernel and GPU",
+                _by_night("report_night_kernels", "kernel", "speedup_geomean"),
+                w=24,
+                h=8,
+                unit="x",
+            ).description(
+                "Per kernel of the chosen families and GPU model, by night: the geometric "
+                "mean over its cases of the stock library's median over ours."
+            )
+        )
+        .with_panel(
+            common.timeseries_panel(
                 "Median, ours and the baseline library's (log scale)",
                 _MEDIANS.format(x='measured_at AS "time"'),
                 w=24,
@@ -100,18 +254,16 @@ WHERE repository = '$repository' AND kernel = ANY(ARRAY[$kernel]::text[])
         )
         .with_panel(by_commit)
         .with_panel(
-            common.timeseries_panel(
-                "Throughput: TFLOP/s and GB/s",
-                f"""
-SELECT measured_at AS "time", case_text AS metric, tflops, gbps
-FROM report_quarter_points
-WHERE {_CASES} AND $__timeFilter(measured_at)
-ORDER BY 1
-""",
-                w=12,
-                h=8,
-                unit="none",
-            ).description("Achieved TFLOP/s and GB/s of each chosen case, by night.")
+            _throughput(
+                "TFLOP/s",
+                "tflops",
+                "Achieved TFLOP/s of each chosen case, by night (compute-bound cases).",
+            )
+        )
+        .with_panel(
+            _throughput(
+                "GB/s", "gbps", "Achieved GB/s of each chosen case, by night (memory-bound cases)."
+            )
         )
         .with_panel(
             common.timeseries_panel(
@@ -122,7 +274,7 @@ FROM report_quarter_points
 WHERE {_CASES} AND $__timeFilter(measured_at)
 ORDER BY 1
 """,
-                w=12,
+                w=8,
                 h=8,
                 unit="percent",
             )

@@ -43,6 +43,7 @@ from kernelwatch.store.columns import (
 from kernelwatch.store.identity import canonical_params, case_key, series_key
 from kernelwatch.store.measurement_rows import COLUMNS as MEASUREMENT_COLUMNS
 from kernelwatch.store.measurement_rows import rows as measurement_rows
+from kernelwatch.store.night_stats import add_night_stats
 from kernelwatch.store.runfile import Run, storable
 from kernelwatch.store.samples import COLUMNS as SAMPLE_COLUMNS
 from kernelwatch.store.samples import SampleBatch
@@ -116,6 +117,8 @@ class Ingester:
             samples = self._measurements(cur, info, run_pk, started_at, measurements)
             self._correctness(cur, info, run_pk, checks)
             self._builds(cur, info, run_pk, builds)
+            if info.trigger in HISTORY_TRIGGERS and measurements:
+                add_night_stats(cur, run_pk)
         self._ids.update(self._pending)
         self._families.update(self._pending_families)
         return IngestResult(info.run_id, True, len(measurements), samples, len(checks), len(builds))

@@ -97,6 +97,11 @@ def _build(arch: str, dtype: str, day: int) -> BuildMetrics:
     )  # fmt: skip
 
 
+def _slowed(record):
+    sol = dataclasses.replace(record.sol, pct_sol=record.sol.pct_sol / SLOWDOWN)
+    return dataclasses.replace(record, speedup=record.speedup / SLOWDOWN, sol=sol)
+
+
 def _history() -> list[Run]:
     rng = np.random.default_rng(7)
     fleet = Fleet(models=3, series=21, days=DAYS, samples=7, pr_runs_per_day=0)
@@ -123,6 +128,9 @@ def _history() -> list[Run]:
             if device == noisy:
                 records = [dataclasses.replace(r, throttled=(True, False, False) * 2 + (False,))
                            for r in records]  # fmt: skip
+            if m == B200 and day >= PLANT_DAY:
+                # the planted slowdown costs its share of speedup over the library and of %SOL
+                records = [_slowed(r) if i in planted else r for i, r in enumerate(records)]
             if m == H200 and day >= METHOD_CHANGE_DAY:
                 records[0] = dataclasses.replace(records[0], method=NEW_METHOD)
             if m == B200:
@@ -524,7 +532,12 @@ def test_fleet_matrices_show_the_planted_slowdown_and_every_kernel_gpu_cell(seed
         seeded, reader, "kw-fleet",
         "%SOL heat map: mean %SOL of the latest nightly, per kernel and GPU",
     )  # fmt: skip
-    assert len(sol) == 21 and all(r["mean_pct_sol"] == pytest.approx(70) for r in sol)
+    sols = {(r["kernel"], r["device_model"]): r["mean_pct_sol"] for r in sol}
+    assert len(sols) == 21
+    assert sols.pop(("flash_attention", "NVIDIA B200")) == pytest.approx(
+        70 * (2 / SLOWDOWN + 1) / 3
+    )
+    assert all(v == pytest.approx(70) for v in sols.values())
 
 
 def test_kernel_history_marks_the_change_point_and_bisection(seeded, reader):
@@ -769,7 +782,12 @@ def test_regressed_counts_leave_out_false_positives_and_wont_fix(seeded, reader)
 
 
 def _sol_rows(seeded, reader, title: str, request: Request, choice: dict) -> list[dict]:
-    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-sol"]
+    return _rows_of(reader, "kw-sol", title, request, choice)
+
+
+def _rows_of(reader, uid: str, title: str, request: Request, choice: dict | None) -> list[dict]:
+    """One panel's rows as dicts, for ``request`` and the variables ``choice`` picks."""
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == uid]
     variables = inventory.resolve(dashboard, request, _runner(reader), choice)
     (query,) = [q for q in inventory.dashboard_queries(dashboard) if q.title == title]
     names, _types, rows = reader(expand(query.sql, request, variables))
@@ -1014,6 +1032,74 @@ def test_quarter_view_plots_ours_and_the_baselines_medians_for_three_cases(seede
     assert {r["commit_index"] for r in by_commit} == set(range(1, DAYS + 1))
     panel = _panel("kw-quarter", title)
     assert panel["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]["type"] == "log"
+
+
+def _quarter_rows(reader, request: Request, title: str, choice: dict | None = None):
+    return _rows_of(reader, "kw-quarter", title, request, choice)
+
+
+def test_journey_per_family_and_gpu_speedup_and_sol_at_two_dates_of_the_quarter(seeded, reader):
+    """Over a range before the planted slowdown attention held its speedup over the library
+    on B200; over the whole quarter it lost the planted share: two of its three cases 10%."""
+    old_new = "Old -> new over the time range, per family and GPU"
+    before = Request(END - timedelta(days=DAYS), END - timedelta(days=DAYS - PLANT_DAY + 1))
+    cells = {}
+    for name, request in (("before", before), ("quarter", seeded.request)):
+        rows = _quarter_rows(reader, request, old_new)
+        cells[name] = {(r["family"], r["device_model"], r["timer"]): r for r in rows}
+    attention = ("attention", MODELS[B200][0], "cuda-events")
+    lost = SLOWDOWN ** (2 / 3)  # the geometric mean over three cases, two slowed
+    row = cells["before"][attention]
+    assert (row["speedup_old"], row["speedup_new"]) == (pytest.approx(1.2), pytest.approx(1.2))
+    row = cells["quarter"][attention]
+    assert row["speedup_old"] == pytest.approx(1.2)
+    assert row["speedup_new"] == pytest.approx(1.2 / lost)
+    assert row["speedup_change"] == pytest.approx(1 / lost)
+    assert row["sol_new"] == pytest.approx(70 * (2 / SLOWDOWN + 1) / 3)
+    unmoved = [r for k, r in cells["quarter"].items() if k != attention]
+    assert unmoved and all(r["speedup_change"] == pytest.approx(1.0) for r in unmoved)
+    assert {k[0] for k in cells["quarter"]} >= {"attention", "norm", "gemm"}
+    # Clicking the row narrows the dashboard to the family's kernels over the same nights.
+    panel = _panel("kw-quarter", old_new)
+    (link,) = panel["fieldConfig"]["defaults"]["links"]
+    url = urlparse(expand_link(link["url"], row))
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    assert url.path == "/d/kw-quarter/" and query["var-family"] == "attention"
+    kernels = _quarter_rows(reader, seeded.request, "Old -> new over the time range, per kernel "
+                            "and GPU", {"family": ["attention"]})  # fmt: skip
+    assert {r["kernel"] for r in kernels} == {"flash_attention"}
+    # The per-night lines: one per family and GPU, a method change a line of its own.
+    lines = {
+        r["metric"]
+        for r in _quarter_rows(
+            reader,
+            seeded.request,
+            "Speedup over the stock library, geometric mean per family and GPU",
+        )
+    }
+    assert "attention B200" in lines
+    assert {"norm H200 [cuda-events]", "norm H200 [cuda-graph]"} <= lines
+    sol = _quarter_rows(reader, seeded.request, "Mean %SOL per family and GPU")
+    assert max(r["mean_pct_sol"] for r in sol) == pytest.approx(70.0)
+
+
+def test_the_sums_kept_at_ingest_are_those_of_the_measurements(seeded, reader):
+    """Every night's kernel cell kept at ingest equals the same cell computed from the
+    history points themselves."""
+    where = f"WHERE repository = '{REPOSITORY}'"
+    _n, _t, kept = reader(
+        f"""SELECT night, kernel, device_model, method, cases, speedup_geomean, mean_pct_sol
+        FROM report_night_kernels {where}"""
+    )
+    _n, _t, scanned = reader(
+        f"""SELECT measured_at, kernel, device_model, method, count(*),
+            exp(avg(ln(speedup))), avg(pct_sol)
+        FROM report_quarter_points {where} GROUP BY 1, 2, 3, 4"""
+    )
+    assert len(kept) == len(scanned) > DAYS * 2 * 7
+    by_cell = {row[:4]: row[4:] for row in scanned}
+    for row in kept:
+        assert row[4:] == pytest.approx(by_cell[row[:4]]), row[:4]
 
 
 def test_triage_rows_link_to_the_history_of_what_moved(seeded, reader):

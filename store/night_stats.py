@@ -1,0 +1,32 @@
+"""Per night, kernel and method: how many cases a history run measured, the sum of their log
+speedups over the stock library and of their %SOL (``night_kernel_stats``). Kept at ingest
+so the quarter view's family and kernel lines read a few thousand rows a year instead of
+scanning every measurement of the range (``report_night_kernels``,
+``report_night_families``; migration 0013)."""
+
+from __future__ import annotations
+
+import psycopg
+
+#: The method of a series as the views spell it (``report_series.method``).
+METHOD = "s.timer || '/' || s.l2 || '/h' || s.harness_version"
+
+#: The rows of one run (its ``runs.id`` the only parameter), from its ok measurements.
+ROWS = f"""
+SELECT m.run_id, s.kernel_id, {METHOD}, min(m.measured_at), count(*),
+    count(*) FILTER (WHERE m.speedup > 0),
+    coalesce(sum(ln(m.speedup)) FILTER (WHERE m.speedup > 0), 0),
+    count(m.pct_sol), coalesce(sum(m.pct_sol), 0)
+FROM measurements m JOIN series s ON s.id = m.series_id
+WHERE m.run_id = %s AND m.history AND m.status = 'ok'
+GROUP BY m.run_id, s.kernel_id, {METHOD}"""
+
+_INSERT = f"""
+INSERT INTO night_kernel_stats (run_id, kernel_id, method, night, cases, speedup_cases,
+    ln_speedup_sum, sol_cases, pct_sol_sum)
+{ROWS}"""
+
+
+def add_night_stats(cur: psycopg.Cursor, run_pk: int) -> None:
+    """Store the per-kernel sums of history run ``run_pk`` (already ingested)."""
+    cur.execute(_INSERT, (run_pk,))
