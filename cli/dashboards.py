@@ -3,6 +3,7 @@ them to a running Grafana."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlparse
@@ -20,10 +21,10 @@ dashboards_app = typer.Typer(
 app.add_typer(dashboards_app, name="dashboards")
 
 
-def _checked_dashboards() -> list[dict]:
+def _checked_dashboards(pools: Sequence[str]) -> list[dict]:
     from kernelwatch.dashboards import catalog, checks
 
-    dashboards = catalog.dashboards()
+    dashboards = catalog.dashboards(pools)
     found = checks.problems(dashboards)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
@@ -50,9 +51,10 @@ def export(
     for path in (directory, provisioning):
         if path is not None and path.exists() and not path.is_dir():
             fail(f"{path} exists and is not a directory", code=2)
-    paths = write_dashboards(directory, _checked_dashboards())
+    settings = AlertSettings.from_config(configuration())
+    paths = write_dashboards(directory, _checked_dashboards(settings.pools))
     if provisioning is not None:
-        paths.append(write_alerting(provisioning, AlertSettings.from_config(configuration())))
+        paths.append(write_alerting(provisioning, settings))
     for path in paths:
         typer.echo(str(path))
 
@@ -109,10 +111,11 @@ def push(
         fail(f"--datasource-url: {exc}", code=2)
     credential = token or ((user, password) if user and password else None)
     receivers = Receivers(webhook_url=webhook_url, slack_url=slack_url, emails=email)
+    settings = AlertSettings.from_config(configuration())
     try:
         result = pushing.push(
-            pushing.connect(url, credential), _checked_dashboards(), receivers, source,
-            AlertSettings.from_config(configuration()),
+            pushing.connect(url, credential), _checked_dashboards(settings.pools), receivers,
+            source, settings,
         )  # fmt: skip
     except pushing.GrafanaUnavailable as exc:
         fail(f"{redact_url(url)}: {redact(str(exc), password or '', token or '')}", code=1)

@@ -20,7 +20,7 @@ from grafana_foundation_sdk.models.alerting import RelativeTimeRange
 
 from kernelwatch.config.settings import LOCAL_POOL, Config, parse
 from kernelwatch.dashboards import catalog
-from kernelwatch.dashboards.common import FOLDER_TITLE, FOLDER_UID
+from kernelwatch.dashboards.common import FOLDER_TITLE, FOLDER_UID, sql_strings
 from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS, UNTRIAGED_DAYS
 from kernelwatch.dashboards.sqlquery import DATASOURCE_UID, Sql
 
@@ -83,7 +83,7 @@ def runbook_url(settings: AlertSettings, uid: str) -> str:
 
 
 def _pools(settings: AlertSettings) -> str:
-    return ", ".join("'" + pool.replace("'", "''") + "'" for pool in settings.pools)
+    return sql_strings(settings.pools)
 
 
 def rules(settings: AlertSettings = DEFAULTS) -> tuple[RuleSpec, ...]:

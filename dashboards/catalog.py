@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from kernelwatch.config.settings import LOCAL_POOL
 from kernelwatch.dashboards import builds, comm, common, fleet, health, quarter, sol
 from kernelwatch.dashboards import kernel_history as history
 from kernelwatch.dashboards import pull_requests as prs
@@ -13,9 +15,13 @@ from kernelwatch.dashboards import triage_board as triage
 MODULES = (fleet, prs, history, quarter, sol, builds, health, triage, comm)
 
 
-def dashboards() -> list[dict[str, Any]]:
-    """The JSON of every dashboard, built afresh."""
-    return [common.to_json(module.dashboard()) for module in MODULES]
+def dashboards(pools: Sequence[str] = (LOCAL_POOL,)) -> list[dict[str, Any]]:
+    """The JSON of every dashboard, built afresh; the fleet overview's pipeline stat over
+    ``pools``, the pools the alert rules watch."""
+    return [
+        common.to_json(module.dashboard(pools) if module is fleet else module.dashboard())
+        for module in MODULES
+    ]
 
 
 def panel_id(uid: str, title: str) -> int:

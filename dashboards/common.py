@@ -9,6 +9,7 @@ lives in the store's ``report_*`` views and functions (migration 0004).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from grafana_foundation_sdk.builders import bargauge, stat, table, timeseries
@@ -96,6 +97,11 @@ def choice(name: str, label: str, values: list[str], selected: list[str]) -> sdk
         .multi(True)
         .current(VariableOption(text=" + ".join(selected), value=selected, selected=True))
     )
+
+
+def sql_strings(values: Sequence[str]) -> str:
+    """``values`` as SQL string literals, comma-separated (for ``IN (...)``)."""
+    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
 
 
 def repository_variable() -> sdk.QueryVariable:

@@ -4,12 +4,14 @@ speed-of-light: "which kernels regressed this quarter on B200" in one screen."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as sdk
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
 from kernelwatch.analysis.thresholds import DetectorConfig
+from kernelwatch.config.settings import LOCAL_POOL
 from kernelwatch.dashboards import common, links
 from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
 
@@ -22,7 +24,7 @@ UNTRIAGED = "untriaged"
 REGRESSED = "kernel x GPU regressed in range"
 SHORT = "series too short to judge"
 QUARANTINED = "GPUs quarantined in range"
-HOURS = "hours since the oldest latest nightly"
+HOURS = "hours since the stalest watched pool's nightly"
 #: Nightly points a series needs before change-point detection can place a change in it.
 TOO_SHORT = 2 * DetectorConfig().min_size
 
@@ -32,8 +34,9 @@ def _colours(*steps: tuple[float | None, str]) -> list[DynamicConfigValue]:
     return [DynamicConfigValue(id_val="thresholds", value=common.thresholds(*steps).build())]
 
 
-def dashboard() -> sdk.Dashboard:
-    """The fleet overview dashboard."""
+def dashboard(pools: Sequence[str] = (LOCAL_POOL,)) -> sdk.Dashboard:
+    """The fleet overview dashboard; its hours since the last nightly are over ``pools``,
+    the pools whose pipeline ``kw-nightly-missing`` watches."""
     return (
         common.new_dashboard(
             UID,
@@ -96,8 +99,8 @@ SELECT
      WHERE repository = '$repository' AND points < {TOO_SHORT}) AS "{SHORT}",
   (SELECT count(*) FROM report_device_health($__timeFrom(), $__timeTo())
      WHERE quarantined) AS "{QUARANTINED}",
-  (SELECT max(hours_since) FROM report_nightly_freshness
-     WHERE repository = '$repository') AS "{HOURS}"
+  (SELECT max(hours_since) FROM report_pool_freshness
+     WHERE repository = '$repository' AND pool IN ({common.sql_strings(pools)})) AS "{HOURS}"
 """,
                 w=24,
                 h=4,
@@ -108,7 +111,9 @@ SELECT
                 "GPUs the health rule quarantined on the range's runs. A series needs "
                 f"{TOO_SHORT} nightly points before change-point detection can judge it: "
                 "while many are shorter, 0 open regressions means 'too early to tell'. The "
-                f"hours turn red at {NIGHTLY_MISSING_HOURS}, when kw-nightly-missing fires."
+                "hours are those of the stalest GPU model of the watched pools "
+                f"({', '.join(pools)}), and turn red at {NIGHTLY_MISSING_HOURS}, when "
+                "kw-nightly-missing fires."
             )
             .unit("none")
             .thresholds(common.thresholds((None, "blue")))

@@ -108,23 +108,63 @@ def add_bisections(conn: psycopg.Connection, steps: int) -> None:
     conn.commit()
 
 
+def add_pr_checks(conn: psycopg.Connection) -> None:
+    """A check per PR run, against the same day's nightly on its GPU model, with a timing
+    finding per case it measured, as the PR flow stores them."""
+    conn.execute(
+        """
+        INSERT INTO pr_checks (head_run_id, base_run_id, pr_number, branch, author, outcome,
+            verdict, report)
+        SELECT pr.id, base.id, pr.id, c.branch, 'author-' || pr.id % 17, pr.id % 2,
+            CASE WHEN pr.id % 2 = 1 THEN '1 case slower' ELSE 'no regression' END,
+            'https://reports.example/kw/pr-' || pr.id || '.html'
+        FROM runs pr
+            JOIN commits c ON c.id = pr.commit_id
+            JOIN devices d ON d.id = pr.device_id
+            JOIN LATERAL (
+                SELECT r.id FROM runs r JOIN devices rd ON rd.id = r.device_id
+                WHERE r.trigger = 'nightly' AND rd.model = d.model
+                    AND r.started_at <= pr.started_at
+                ORDER BY r.started_at DESC LIMIT 1
+            ) base ON true
+        WHERE pr.trigger = 'pr'""",
+    )
+    conn.execute(
+        """
+        INSERT INTO pr_findings (head_run_id, base_run_id, kind, kernel, case_label, dtype,
+            verdict, ratio, ci_low, ci_high, p_value, base_ns, head_ns)
+        SELECT pc.head_run_id, pc.base_run_id, 'timing', k.name, s.case_label, s.dtype,
+            CASE WHEN m.id % 97 = 0 THEN 'SLOWER' ELSE 'SAME' END, 1.0, 0.99, 1.01, 0.5,
+            m.median_ns, m.median_ns
+        FROM pr_checks pc
+            JOIN measurements m ON m.run_id = pc.head_run_id
+            JOIN series s ON s.id = m.series_id
+            JOIN kernels k ON k.id = s.kernel_id""",
+    )
+    conn.commit()
+
+
 def populate(fleet: synthetic_fleet.Fleet, url: str) -> dict[str, Any]:
     """Ingest the fleet with builds, then regressions and bisections; sizes and seconds."""
     end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     t0 = time.perf_counter()
     with psycopg.connect(url) as conn:
         ingester = Ingester(conn)
-        for run in [*runs_with_builds(fleet, end), *synthetic_fleet.comm_runs(end, fleet.days)]:
+        # One run at a time: the fleet's year of runs held at once took 7 GB.
+        for run in itertools.chain(
+            runs_with_builds(fleet, end), synthetic_fleet.comm_runs(end, fleet.days)
+        ):
             ingester.ingest(run)
         synthetic_fleet.add_regressions(conn, max(10, fleet.series // 4), fleet.seed,
                                         min(20, fleet.days // 2))  # fmt: skip
         add_bisections(conn, steps=6)
+        add_pr_checks(conn)
         conn.autocommit = True
         conn.execute("ANALYZE")
         counts = {
             table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             for table in ("runs", "series", "measurements", "build_metrics", "change_points",
-                          "regressions", "bisect_steps")
+                          "regressions", "bisect_steps", "pr_findings", "night_kernel_stats")
         }  # fmt: skip
     return {"populate_s": round(time.perf_counter() - t0, 1), "rows": counts}
 

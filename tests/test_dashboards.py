@@ -750,12 +750,35 @@ def test_at_a_glance_turns_red_when_the_alert_fires_and_says_what_is_too_short(s
     panel = _panel("kw-fleet", "At a glance")
     config = panel["fieldConfig"]
     overrides = {o["matcher"]["options"]: o["properties"] for o in config["overrides"]}
-    hours = {p["id"]: p["value"] for p in overrides["hours since the oldest latest nightly"]}
+    hours = {p["id"]: p["value"] for p in overrides[HOURS]}
     assert hours["unit"] == "h"
     assert [s["value"] for s in hours["thresholds"]["steps"]] == [None, NIGHTLY_MISSING_HOURS]
     assert panel["fieldConfig"]["defaults"]["unit"] == "none"
     # The cuda-graph series of H200 started 6 nights ago: too short for detection to judge.
     assert _glance(seeded, reader)["series too short to judge"] == 1
+
+
+HOURS = "hours since the stalest watched pool's nightly"
+
+
+def test_at_a_glance_hours_are_those_the_missing_nightly_alert_judges(seeded, reader):
+    """The stat reads the alert's pools: red exactly when kw-nightly-missing fires (H100
+    stopped in the watched pool), and nothing where only a retired pool is watched."""
+    for settings in (SEEDED, alerts.AlertSettings("grafana", ("b200-pool",), "docs")):
+        (fleet,) = [d for d in catalog.dashboards(settings.pools) if d["uid"] == "kw-fleet"]
+        variables = inventory.resolve(fleet, seeded.request, _runner(reader))
+        (query,) = [q for q in inventory.dashboard_queries(fleet) if q.title == "At a glance"]
+        names, _types, (row,) = reader(expand(query.sql, seeded.request, variables))
+        hours = dict(zip(names, row, strict=True))[HOURS]
+        rules = {spec.uid: spec for spec in alerts.rules(settings)}
+        firing = _firing(reader, rules["kw-nightly-missing"])
+        if settings is SEEDED:
+            assert float(hours) > NIGHTLY_MISSING_HOURS and firing
+            # (both read now(): a few calls apart)
+            alerted = max(float(i["hours_since"]) for i in firing)
+            assert float(hours) == pytest.approx(alerted, abs=0.01)
+        else:
+            assert hours is None and firing == []
 
 
 def test_regressed_counts_leave_out_false_positives_and_wont_fix(seeded, reader):
