@@ -205,6 +205,16 @@ def thresholds(*steps: tuple[float | None, str]) -> sdk.ThresholdsConfig:
     )
 
 
+def builds_link() -> sdk.DashboardLink:
+    """A data link to the builds of a row's kernel around the row's time: where a static or
+    correctness finding, which has no series, is looked into."""
+    return (
+        sdk.DashboardLink("Builds of this kernel around then")
+        .type(DashboardLinkType.LINK)
+        .url(links.builds_link_template())
+    )
+
+
 def history_links() -> list[sdk.DashboardLink]:
     """A data link on every row to its series' history around the row's time (the row has
     the columns ``links.HISTORY_VARIABLES`` and ``links.window_columns`` name)."""

@@ -68,9 +68,9 @@ def dashboard(pools: Sequence[str] = (LOCAL_POOL,)) -> sdk.Dashboard:
         .with_panel(
             common.table_panel(
                 "Last night's correctness and static findings",
-                """
+                f"""
 SELECT night, kind, outcome, kernel, case_label, dtype, device_model, verdict,
-  regression_id, suspicion, head_sha
+  regression_id, suspicion, head_sha, repository, {links.window_columns("night")}
 FROM report_night_suspects
 WHERE repository = '$repository' AND kind <> 'timing' AND $__timeFilter(night)
   AND night >= (SELECT max(night) FROM report_night_suspects
@@ -79,10 +79,12 @@ ORDER BY night DESC
 """,
                 w=8,
                 h=10,
-            ).description(
-                "Correctness failures and static (build) findings of the latest night, with "
-                "what the same night made of them."
             )
+            .description(
+                "Correctness failures and static (build) findings of the latest night, with "
+                "what the same night made of them. Click a row for its kernel's builds."
+            )
+            .data_links([common.builds_link()])
         )
         .with_panel(
             common.stat_panel(
@@ -129,12 +131,19 @@ SELECT
             common.table_panel(
                 "Open regressions",
                 f"""
-SELECT regression_id, title, state, kernels, device_models, magnitude, change_points,
-  culprit_sha, good_sha, bad_sha, assignee, age_days, repository, kernel, dtype, device_model,
-  series_key, {links.window_columns("change_at")}
-FROM report_triage_links
-WHERE open AND repository = '$repository'
-ORDER BY created_at DESC
+SELECT t.regression_id, t.kind, t.title, t.state, t.kernels, t.device_models, t.magnitude,
+  t.change_points, t.culprit_sha, t.good_sha, t.bad_sha, t.assignee, t.age_days, t.repository,
+  coalesce(t.kernel, ns.kernel) AS kernel, coalesce(t.dtype, ns.dtype) AS dtype,
+  coalesce(t.device_model, ns.device_model) AS device_model, t.series_key,
+  {links.window_columns("coalesce(t.change_at, ns.night)")}
+FROM report_triage_links t
+  -- a correctness or static regression has no change point: its night's finding says where
+  LEFT JOIN LATERAL (
+    SELECT kernel, dtype, device_model, night FROM report_night_suspects s
+    WHERE s.regression_id = t.regression_id ORDER BY suspect_id LIMIT 1
+  ) ns ON t.series_key IS NULL
+WHERE t.open AND t.repository = '$repository'
+ORDER BY t.created_at DESC
 """,
                 w=12,
                 h=9,
@@ -142,9 +151,10 @@ ORDER BY created_at DESC
             .description(
                 "Every open regression, newest first, with its magnitude (the one the "
                 "morning-after rows show). Click a row for the history of the series that "
-                "moved most, around the change."
+                "moved most, around the change, or (a correctness or static regression, "
+                "which has no series) for its kernel's builds around its night."
             )
-            .data_links(common.history_links())
+            .data_links([*common.history_links(), common.builds_link()])
             .unit("none")
             .override_by_name("magnitude", [common.unit("percentunit")])
             .override_by_name("age_days", [common.unit("d")])

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 HISTORY_UID = "kw-history"
+BUILDS_UID = "kw-builds"
 #: How much history a link to a change shows on either side of it.
 AROUND = timedelta(days=14)
 #: The kernel history's variables, in the order its URL gives them, and the columns of a
@@ -43,6 +44,15 @@ def window_columns(at: str) -> str:
     span = int(AROUND.total_seconds() * 1000)
     epoch_ms = f"(date_part('epoch', {at}) * 1000)::bigint"
     return f"{epoch_ms} - {span} AS from_ms, {epoch_ms} + {span} AS to_ms"
+
+
+def builds_link_template() -> str:
+    """A data link to the static build metrics of a row's kernel around the row's time (the
+    row has ``repository``, ``kernel`` and the :func:`window_columns`)."""
+    query = "&".join(
+        f"var-{name}=${{__data.fields.{name}:percentencode}}" for name in ("repository", "kernel")
+    )
+    return f"/d/{BUILDS_UID}/?{query}&from=${{__data.fields.from_ms}}&to=${{__data.fields.to_ms}}"
 
 
 def history_link_template() -> str:

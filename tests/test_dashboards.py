@@ -239,6 +239,30 @@ def _confirmed_overnight(conn: psycopg.Connection) -> int:
     return regression_id
 
 
+def _static_overnight(conn: psycopg.Connection) -> int:
+    """Last night on B200, flash_attention's sm_100a build lost its tcgen05 path: a static
+    regression the same night opened, as the same-night pass records it; its id."""
+    run_pk, repository_id, head_id, previous_id = conn.execute(
+        """SELECT r.id, r.repository_id, r.commit_id, p.commit_id FROM runs r
+            JOIN devices d ON d.id = r.device_id
+            JOIN LATERAL (SELECT commit_id FROM runs q WHERE q.device_id IN (
+                SELECT id FROM devices WHERE model = d.model) AND q.started_at < r.started_at
+                ORDER BY q.started_at DESC LIMIT 1) p ON true
+        WHERE d.model = %s AND r.trigger = 'nightly' ORDER BY r.started_at DESC LIMIT 1""",
+        (MODELS[B200][0],),
+    ).fetchone()
+    with conn.transaction(), conn.cursor() as cur:
+        regression_id = open_regression(cur, repository_id, NewRegression(
+            "flash_attention: lost tcgen05 on sm_100a", "code", None, previous_id, head_id, (),
+            kind="static", opened_by="confirmation"), "seed")  # fmt: skip
+        insert_suspects(cur, SUITE, [SuspectRow(
+            run_pk=run_pk, repository_id=repository_id, kind="static", kernel="flash_attention",
+            case_label="attn_fwd sm_100a tokens=1", dtype="fp16", head_commit_id=head_id,
+            base_commit_id=previous_id, suspicion="tensor_core on sm_100a: tcgen05 -> HMMA",
+            outcome="regression", regression_id=regression_id)])  # fmt: skip
+    return regression_id
+
+
 #: The reports are served from REPORT_DIR at REPORT_BASE ([run] report_dir, report_url).
 REPORT_DIR, REPORT_BASE = Path("/srv/kernelwatch/reports"), "https://reports.example/kw"
 #: The pull request checked on B200 and H200 (its head slows flash_attention by 10%), and an
@@ -302,6 +326,7 @@ def seeded(pg_server):
         _bisect(conn, regression_id, planted_key)
         _checked_noise(conn, planted_key)
         confirmed = _confirmed_overnight(conn)
+        static = _static_overnight(conn)
         # Older regressions, some still untriaged, as earlier detection passes left them.
         add_regressions(conn, 20, seed=1, back=12)
         for run in comm_runs(END, 3):  # after the synthetic regressions, which pick series
@@ -318,7 +343,7 @@ def seeded(pg_server):
     return SimpleNamespace(
         url=url, reader=reader, report=report, regression_id=regression_id,
         planted_key=planted_key, pr_head=pr_head, quarter_keys=quarter_keys,
-        confirmed=confirmed,
+        confirmed=confirmed, static=static,
         request=Request(END - timedelta(days=60), datetime.now(UTC)),
     )  # fmt: skip
 
@@ -876,7 +901,9 @@ def test_the_worst_case_is_shown_beside_the_geometric_mean(seeded, reader):
 def _follow(panel: dict, row: dict, reader) -> tuple[dict[str, str], Request, dict]:
     """Click ``row``'s data link: the kernel history's variables and time range from the
     expanded URL, with every variable checked against the options Grafana would offer."""
-    (link,) = panel["fieldConfig"]["defaults"]["links"]
+    (link,) = [
+        lk for lk in panel["fieldConfig"]["defaults"]["links"] if "/d/kw-history/" in lk["url"]
+    ]
     url = urlparse(expand_link(link["url"], row))
     assert url.path == "/d/kw-history/"
     query = {k: v[0] for k, v in parse_qs(url.query).items()}
@@ -944,10 +971,11 @@ def test_morning_after_shows_what_the_nightly_decided_with_that_decisions_number
     assert {r["decided"] for r in rest} == {"not suspected"}
     assert all(r["ab_verdict"] is None and r["magnitude"] is None for r in rest)
     assert [r["decided"] for r in rows[:2]] == ["regression", "checked_noise"]
-    (failure,) = _panel_rows(
+    findings = _panel_rows(
         seeded, reader, "kw-fleet", "Last night's correctness and static findings"
     )
-    assert (failure["kind"], failure["case_label"]) == ("correctness", "tokens=7")
+    assert {(f["kind"], f["case_label"]) for f in findings} == {
+        ("correctness", "tokens=7"), ("static", "attn_fwd sm_100a tokens=1")}  # fmt: skip
     _choice, request, variables = _follow(_panel("kw-fleet", MORNING), planted, reader)
     points = _history_rows(
         reader, request, variables, "Points, with the command that measures each commit again"
@@ -1123,6 +1151,49 @@ def test_the_sums_kept_at_ingest_are_those_of_the_measurements(seeded, reader):
     by_cell = {row[:4]: row[4:] for row in scanned}
     for row in kept:
         assert row[4:] == pytest.approx(by_cell[row[:4]]), row[:4]
+
+
+def _follow_to_builds(panel: dict, row: dict, reader) -> tuple[dict[str, str], Request]:
+    """Click ``row``'s link to kw-builds: its variables (each one Grafana offers) and range."""
+    (link,) = [
+        lk for lk in panel["fieldConfig"]["defaults"]["links"] if "/d/kw-builds/" in lk["url"]
+    ]
+    url = urlparse(expand_link(link["url"], row))
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    choice = {k.removeprefix("var-"): v for k, v in query.items() if k.startswith("var-")}
+    request = Request(*(datetime.fromtimestamp(int(query[k]) / 1000, UTC) for k in ("from", "to")))
+    (builds,) = [d for d in catalog.dashboards() if d["uid"] == "kw-builds"]
+    run = _runner(reader)
+    variables = inventory.resolve(builds, request, run, choice)
+    for variable in builds["templating"]["list"][:2]:
+        names, rows = run(expand(variable["query"], request, variables))
+        column = names.index("__value") if "__value" in names else 0
+        assert choice[variable["name"]] in [r[column] for r in rows], variable["name"]
+    return choice, request
+
+
+def test_correctness_and_static_findings_link_to_their_kernels_builds(seeded, reader):
+    """A static regression has no change point: its open-regressions row and its finding of
+    the night both lead to its kernel's builds around that night, where the lost path is."""
+    rows = _panel_rows(seeded, reader, "kw-fleet", "Open regressions")
+    (static,) = [r for r in rows if r["regression_id"] == seeded.static]
+    assert static["kind"] == "static" and static["series_key"] is None
+    assert (static["kernel"], static["device_model"]) == ("flash_attention", MODELS[B200][0])
+    findings = _panel_rows(
+        seeded, reader, "kw-fleet", "Last night's correctness and static findings"
+    )
+    (finding,) = [f for f in findings if f["kind"] == "static"]
+    for title, row in (
+        ("Open regressions", static),
+        ("Last night's correctness and static findings", finding),
+    ):
+        choice, request = _follow_to_builds(_panel("kw-fleet", title), row, reader)
+        assert choice["kernel"] == "flash_attention" and request.start < END < request.end
+        (builds,) = [d for d in catalog.dashboards() if d["uid"] == "kw-builds"]
+        variables = inventory.resolve(builds, request, _runner(reader), choice)
+        (query,) = [q for q in inventory.dashboard_queries(builds) if q.title == "Tensor-core path"]
+        _names, _types, paths = reader(expand(query.sql, request, variables))
+        assert paths, title
 
 
 def test_triage_rows_link_to_the_history_of_what_moved(seeded, reader):
