@@ -8,7 +8,12 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.app import app
-from kernelwatch.cli.arguments import PoolOption, RepositoryOption
+from kernelwatch.cli.arguments import (
+    DtypesOption,
+    KernelOption,
+    PoolOption,
+    RepositoryOption,
+)
 from kernelwatch.cli.console import fail, stderr
 from kernelwatch.cli.localrun import prepare_prefect, run_checked
 
@@ -29,6 +34,11 @@ def pr_check(
     ] = None,
     branch: Annotated[str, typer.Option(help="The pull request's branch.")] = "",
     author: Annotated[str, typer.Option(help="The pull request's author.")] = "",
+    kernel: KernelOption = None,
+    workload: Annotated[
+        str | None, typer.Option(help="Named workload (default: the repository's).")
+    ] = None,
+    dtype: DtypesOption = None,
 ) -> None:
     """Compare HEAD against BASE on this device: both checked, built and timed interleaved.
     Writes the PR comment (markdown) and the HTML report and prints their paths.
@@ -52,6 +62,9 @@ def pr_check(
             pr_number=pr,
             branch=branch,
             author=author,
+            kernels=kernel,
+            workload=workload,
+            dtypes=dtype,
         ),
         unavailable=2,
     )

@@ -134,9 +134,10 @@ SELECT
 SELECT t.regression_id, t.kind, t.title, t.state, t.kernels, t.device_models, t.magnitude,
   t.change_points, t.culprit_sha, t.good_sha, t.bad_sha, t.assignee, t.age_days, t.repository,
   coalesce(t.kernel, ns.kernel) AS kernel, coalesce(t.dtype, ns.dtype) AS dtype,
-  coalesce(t.device_model, ns.device_model) AS device_model, t.series_key,
+  coalesce(t.device_model, ns.device_model) AS device_model, t.series_key, rr.repro,
   {links.window_columns("coalesce(t.change_at, ns.night)")}
 FROM report_triage_links t
+  LEFT JOIN report_regression_repro rr ON rr.regression_id = t.regression_id
   -- a correctness or static regression has no change point: its night's finding says where
   LEFT JOIN LATERAL (
     SELECT kernel, dtype, device_model, night FROM report_night_suspects s
@@ -150,7 +151,10 @@ ORDER BY t.created_at DESC
             )
             .description(
                 "Every open regression, newest first, with its magnitude (the one the "
-                "morning-after rows show). Click a row for the history of the series that "
+                "morning-after rows show) and repro, the command that measures it again: "
+                "the culprit (before a bisection, the bad commit) against its parent on one "
+                "GPU, its kernel, workload and dtype pinned. Click a row for the history of "
+                "the series that "
                 "moved most, around the change, or (a correctness or static regression, "
                 "which has no series) for its kernel's builds around its night."
             )
@@ -214,7 +218,7 @@ def _morning_sql() -> str:
     makes its comparison doubtful."""
     stale = f"behind_newest_h > {NIGHTLY_MISSING_HOURS}"
     return f"""
-SELECT decided, kernel, dtype, case_label, device_model, magnitude, ab_verdict, ab_ratio,
+SELECT decided, c.kernel, c.dtype, case_label, device_model, magnitude, ab_verdict, ab_ratio,
   ab_ci_low, ab_ci_high, ab_p_value, ab_base_sha, ab_head_sha, night_ratio, previous_sha,
   commit_sha,
   concat_ws('; ',
@@ -224,10 +228,11 @@ SELECT decided, kernel, dtype, case_label, device_model, magnitude, ab_verdict, 
     CASE WHEN failed_between > 0 THEN 'across ' || failed_between || ' failed nightly run(s)'
       END,
     CASE WHEN NOT same_gpu THEN 'the two nights ran on different GPUs' END) AS caveats,
-  suspicion, regression_id, run_status, night, method, repository, series_key,
+  suspicion, c.regression_id, rr.repro, run_status, night, method, c.repository, series_key,
   {links.window_columns("night")}
-FROM report_night_comparison
-WHERE repository = '$repository' AND $__timeFilter(night)
+FROM report_night_comparison c
+  LEFT JOIN report_regression_repro rr ON rr.regression_id = c.regression_id
+WHERE c.repository = '$repository' AND $__timeFilter(night)
 ORDER BY decided_rank, {stale}, night_ratio DESC
 LIMIT {MORNING_ROWS}
 """

@@ -10,7 +10,7 @@ pool (``prefect.yaml``), run locally by ``kernelwatch pr-check``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prefect import flow
@@ -56,11 +56,16 @@ def pr_check(
     pr_number: int | None = None,
     branch: str = "",
     author: str = "",
+    kernels: list[str] | None = None,
+    workload: str | None = None,
+    dtypes: list[str] | None = None,
 ) -> PrCheckSummary:
     """Compare ``head`` against ``base`` of ``repository`` on this worker's device.
-    ``pr_number``, ``branch`` and ``author`` name the pull request on the PR dashboard."""
+    ``pr_number``, ``branch`` and ``author`` name the pull request on the PR dashboard;
+    ``kernels``, ``workload`` and ``dtypes`` narrow the repository's selection (a
+    regression's repro command pins its kernel, workload and dtype)."""
     config = configuration.load()
-    repo = config.repository(repository)
+    repo = _narrowed(config.repository(repository), kernels, workload, dtypes)
     config.pool(pool)
     path = tasks.sync_repository(repo)
     base_sha, head_sha = revision(path, base), revision(path, head)
@@ -117,6 +122,23 @@ def pr_check(
     _publish(markdown, repo.name, base_sha, head_sha)
     return PrCheckSummary(
         repo.name, base_sha, head_sha, comparison.outcome, str(comment), str(report)
+    )
+
+
+def _narrowed(
+    repo: configuration.RepositoryConfig,
+    kernels: list[str] | None,
+    workload: str | None,
+    dtypes: list[str] | None,
+) -> configuration.RepositoryConfig:
+    """``repo`` with its selection narrowed where one is given (checked, built and timed
+    alike; a name the suite lacks ends the check with outcome 2, saying so)."""
+    return replace(
+        repo,
+        kernels=tuple(kernels) if kernels else repo.kernels,
+        workload=workload or repo.workload,
+        build_workload=repo.build_workload if workload is None else workload,
+        dtypes=tuple(dtypes) if dtypes else repo.dtypes,
     )
 
 

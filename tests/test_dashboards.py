@@ -239,6 +239,28 @@ def _confirmed_overnight(conn: psycopg.Connection) -> int:
     return regression_id
 
 
+#: One of three commits merged on the last night, authored days before: the confirmed
+#: regression's culprit, which no nightly measured on its own.
+MERGED = CommitInfo("c" * 40, (sha(DAYS - 2),), (END - timedelta(days=4)).isoformat(),
+                    "merged with two others", "main")  # fmt: skip
+
+
+def _bisect_merged_culprit(conn: psycopg.Connection, regression_id: int) -> None:
+    """The bisection of last night's confirmed regression, as the bisect flow records it:
+    its culprit is a commit merged that night, not the night's head."""
+    key = conn.execute(
+        "SELECT s.key FROM change_points cp JOIN series s ON s.id = cp.series_id "
+        "WHERE cp.regression_id = %s", (regression_id,)).fetchone()[0]  # fmt: skip
+    step = Step(MERGED.sha, 0, {"rms_norm bf16": _verdict("SLOWER", AB_RATIO)}, {}, 12.0, "bad")
+    outcome = BisectOutcome("found", sha(DAYS - 2), MERGED.sha, (MERGED.sha, MERGED.sha),
+                            (step,), 12.0, ("rms_norm bf16",), "culprit found")  # fmt: skip
+    record_bisection(
+        conn, outcome, bisect_id=uuid.uuid4(), repository=REPOSITORY,
+        regression_id=regression_id, device=devices(B200)[0],
+        series={"rms_norm bf16": key}, commits={MERGED.sha: MERGED},
+    )  # fmt: skip
+
+
 def _static_overnight(conn: psycopg.Connection) -> int:
     """Last night on B200, flash_attention's sm_100a build lost its tcgen05 path: a static
     regression the same night opened, as the same-night pass records it; its id."""
@@ -326,6 +348,7 @@ def seeded(pg_server):
         _bisect(conn, regression_id, planted_key)
         _checked_noise(conn, planted_key)
         confirmed = _confirmed_overnight(conn)
+        _bisect_merged_culprit(conn, confirmed)
         static = _static_overnight(conn)
         # Older regressions, some still untriaged, as earlier detection passes left them.
         add_regressions(conn, 20, seed=1, back=12)
@@ -983,6 +1006,29 @@ def test_morning_after_shows_what_the_nightly_decided_with_that_decisions_number
     assert {sha(DAYS - 1), sha(DAYS - 2)} <= {p["commit_sha"] for p in points}
 
 
+def test_a_culprit_merged_with_others_has_its_repro_and_its_mark_on_its_night(seeded, reader):
+    """The confirmed regression's culprit was one of several commits merged on the last
+    night: the morning row and the open regression give the command that measures it
+    against its parent with the case's kernel, workload and dtype pinned, and its bisection
+    verdict sits on the night it first ran, not days earlier at its author time."""
+    expected = (
+        f"kernelwatch pr-check --repository {REPOSITORY} --base {sha(DAYS - 2)} "
+        f"--head {MERGED.sha} --kernel rms_norm --workload llm --dtype bf16"
+    )
+    (opened,) = [r for r in _panel_rows(seeded, reader, "kw-fleet", "Open regressions")
+                 if r["regression_id"] == seeded.confirmed]  # fmt: skip
+    assert (opened["culprit_sha"], opened["repro"]) == (MERGED.sha, expected)
+    first = _panel_rows(seeded, reader, "kw-fleet", MORNING)[0]
+    assert (first["regression_id"], first["repro"]) == (seeded.confirmed, expected)
+    _choice, request, variables = _follow(_panel("kw-fleet", MORNING), first, reader)
+    (mark,) = _history_rows(reader, request, variables, "Bisection verdicts")
+    points = _history_rows(
+        reader, request, variables, "Points, with the command that measures each commit again"
+    )
+    last_night = max(p["measured_at"] for p in points)
+    assert mark["time"] == last_night and request.start < mark["time"] < request.end
+
+
 def test_morning_after_flags_a_stopped_pool_and_a_failed_night(seeded, reader):
     rows = _panel_rows(seeded, reader, "kw-fleet", MORNING)
     by_model = {}
@@ -1136,7 +1182,7 @@ def test_journey_per_family_and_gpu_speedup_and_sol_at_two_dates_of_the_quarter(
 
 def test_the_sums_kept_at_ingest_are_those_of_the_measurements(seeded, reader):
     """Every night's kernel cell kept at ingest equals the same cell computed from the
-    history points themselves."""
+    history points themselves, and so does every series' count of points."""
     where = f"WHERE repository = '{REPOSITORY}'"
     _n, _t, kept = reader(
         f"""SELECT night, kernel, device_model, method, cases, speedup_geomean, mean_pct_sol
@@ -1151,6 +1197,14 @@ def test_the_sums_kept_at_ingest_are_those_of_the_measurements(seeded, reader):
     by_cell = {row[:4]: row[4:] for row in scanned}
     for row in kept:
         assert row[4:] == pytest.approx(by_cell[row[:4]]), row[:4]
+    # and each series' count of history points, which the "too short to judge" count reads
+    with psycopg.connect(seeded.url) as conn:
+        counted = conn.execute(
+            """SELECT count(*), count(*) FILTER (WHERE s.history_points <> (
+                SELECT count(*) FROM measurements m WHERE m.series_id = s.id AND m.history))
+            FROM series s"""
+        ).fetchone()
+    assert counted[0] > 63 and counted[1] == 0
 
 
 def _follow_to_builds(panel: dict, row: dict, reader) -> tuple[dict[str, str], Request]:

@@ -139,11 +139,19 @@ def test_pr_check_command_exits_1_on_the_planted_regression_and_prints_its_files
     config = _config(tmp_path / "kernelwatch.toml", demo_repo.path, tmp_path / "reports")
     monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
     monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
+    # As a regression's repro command runs it: its kernel, workload and dtype pinned.
     proc = kernelwatch_cli(
         "pr-check", "--base", demo_repo.culprit_parent, "--head", demo_repo.culprit,
-        "--pr", "17", "--branch", "faster-norm", "--author", "mallory", env=prefect_api,
+        "--pr", "17", "--branch", "faster-norm", "--author", "mallory",
+        "--kernel", demo_repo.culprit_kernel, "--workload", "smoke", "--dtype", "fp32",
+        env=prefect_api,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
+    with psycopg.connect(store_url) as conn:
+        timed = conn.execute(
+            "SELECT DISTINCT kernel, dtype FROM report_pr_findings WHERE kind = 'timing'"
+        ).fetchall()
+    assert timed == [(demo_repo.culprit_kernel, "fp32")]
     # The PR dashboard's row: the pull request, the comment's verdict, and no report URL
     # where none is configured (a path on the worker is not a link).
     with psycopg.connect(store_url) as conn:
