@@ -217,24 +217,30 @@ def _morning_sql() -> str:
     """The morning-after rows: the nightly's decisions first, then the rest, each with what
     makes its comparison doubtful."""
     stale = f"behind_newest_h > {NIGHTLY_MISSING_HOURS}"
+    # The repro is read for the rows shown only: joined to every case it cost 95 ms.
     return f"""
-SELECT decided, c.kernel, c.dtype, case_label, device_model, magnitude, ab_verdict, ab_ratio,
-  ab_ci_low, ab_ci_high, ab_p_value, ab_base_sha, ab_head_sha, night_ratio, previous_sha,
-  commit_sha,
-  concat_ws('; ',
-    CASE WHEN {stale} THEN 'stale: ' || round(behind_newest_h::numeric) || ' h older than the '
-      || 'newest nightly' END,
-    CASE WHEN failed_after > 0 THEN 'the nightly after it failed' END,
-    CASE WHEN failed_between > 0 THEN 'across ' || failed_between || ' failed nightly run(s)'
-      END,
-    CASE WHEN NOT same_gpu THEN 'the two nights ran on different GPUs' END) AS caveats,
-  suspicion, c.regression_id, rr.repro, run_status, night, method, c.repository, series_key,
-  {links.window_columns("night")}
-FROM report_night_comparison c
-  LEFT JOIN report_regression_repro rr ON rr.regression_id = c.regression_id
-WHERE c.repository = '$repository' AND $__timeFilter(night)
-ORDER BY decided_rank, {stale}, night_ratio DESC
-LIMIT {MORNING_ROWS}
+WITH shown AS (
+  SELECT row_number() OVER (ORDER BY decided_rank, {stale}, night_ratio DESC) AS "#", decided,
+    kernel, dtype, case_label, device_model, magnitude, ab_verdict, ab_ratio, ab_ci_low,
+    ab_ci_high, ab_p_value, ab_base_sha, ab_head_sha, night_ratio, previous_sha, commit_sha,
+    concat_ws('; ',
+      CASE WHEN {stale} THEN 'stale: ' || round(behind_newest_h::numeric) || ' h older than '
+        || 'the newest nightly' END,
+      CASE WHEN failed_after > 0 THEN 'the nightly after it failed' END,
+      CASE WHEN failed_between > 0 THEN 'across ' || failed_between || ' failed nightly run(s)'
+        END,
+      CASE WHEN NOT same_gpu THEN 'the two nights ran on different GPUs' END) AS caveats,
+    suspicion, regression_id, run_status, night, method, repository, series_key,
+    {links.window_columns("night")}
+  FROM report_night_comparison
+  WHERE repository = '$repository' AND $__timeFilter(night)
+  ORDER BY 1
+  LIMIT {MORNING_ROWS}
+)
+SELECT shown.*, (SELECT repro FROM report_regression_repro r
+                 WHERE r.regression_id = shown.regression_id) AS repro
+FROM shown
+ORDER BY 1
 """
 
 

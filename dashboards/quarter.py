@@ -23,6 +23,12 @@ UID = "kw-quarter"
 _CASES = "repository = '$repository' AND series_key = ANY(ARRAY[$case]::text[])"
 _FAMILIES = """repository = '$repository' AND family = ANY(ARRAY[$family]::text[])
   AND device_model = ANY(ARRAY[$gpu]::text[])"""
+#: What each view's rows are narrowed to: a kernel's lines also follow the kernel picker, so
+#: "all cases of kernel X" is one line per GPU, summed at ingest.
+_SHOWN = {
+    "report_night_families": _FAMILIES,
+    "report_night_kernels": _FAMILIES + " AND kernel = ANY(ARRAY[$kernel]::text[])",
+}
 #: A GPU model as a legend says it: "NVIDIA H100 80GB HBM3" -> "H100".
 _GPU = "split_part(replace(device_model, 'NVIDIA ', ''), ' ', 1)"
 #: A line per family (or kernel), GPU and method: the timer joins the name only where a
@@ -37,7 +43,7 @@ def _by_night(view: str, name: str, column: str) -> str:
     return f"""
 SELECT night AS "time", {line} AS metric, {column}
 FROM {view}
-WHERE {_FAMILIES} AND $__timeFilter(night) AND {column} IS NOT NULL
+WHERE {_SHOWN[view]} AND $__timeFilter(night) AND {column} IS NOT NULL
 ORDER BY 1
 """
 
@@ -46,7 +52,7 @@ def _old_new(view: str, names: str) -> str:
     """Per ``names``, GPU and method: the range's first and last night side by side."""
     return f"""
 WITH shown AS (
-  SELECT * FROM {view} WHERE {_FAMILIES} AND $__timeFilter(night)
+  SELECT * FROM {view} WHERE {_SHOWN[view]} AND $__timeFilter(night)
 ), ends AS (
   SELECT {names}, device_model, method, min(night) AS first_night, max(night) AS last_night
   FROM shown GROUP BY {names}, device_model, method

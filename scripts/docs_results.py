@@ -320,7 +320,35 @@ def selfcheck_budget(details: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def dashboards_latency(details: dict[str, Any]) -> str:
+    """Every dashboard query's latency at fleet scale against its target (docs/BENCHMARKS.md)."""
+    targets = details["targets_ms"]
+    rows = details["rows"]
+    lines = [
+        f"{rows['measurements']:,} measurements, {rows['series']:,} series, {rows['runs']:,} "
+        f"runs, {rows['pr_findings']:,} PR findings, {rows['build_metrics']:,} builds; "
+        f"built in {details['populate_s']:.0f} s, peak RSS {details['peak_rss_mb']:,} MB; load "
+        f"{details['load_before'][0]:.2f} before the timing, {details['load_after'][0]:.2f} "
+        f"after; {details['repeats']} calls per query after a warm-up",
+        "",
+        "| query | rows | p50 ms | p95 ms | target p95 ms | met |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    met = 0
+    for name, q in details["queries"].items():
+        target = next((v for k, v in targets.items() if name.startswith(k)), targets["default"])
+        ok = q["p95_ms"] <= target
+        met += ok
+        lines.append(
+            f"| {name} | {q['rows']} | {q['p50_ms']:.1f} | {q['p95_ms']:.1f} | {target:g} | "
+            f"{'yes' if ok else '**no**'} |"
+        )
+    lines += ["", f"{met} of {len(details['queries'])} queries met their target."]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "dashboards-latency": dashboards_latency,
     "detection-full": detection_full,
     "detection-summary": detection_summary,
     "detection-tuning": detection_tuning,

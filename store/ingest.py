@@ -43,7 +43,7 @@ from kernelwatch.store.columns import (
 from kernelwatch.store.identity import canonical_params, case_key, series_key
 from kernelwatch.store.measurement_rows import COLUMNS as MEASUREMENT_COLUMNS
 from kernelwatch.store.measurement_rows import rows as measurement_rows
-from kernelwatch.store.night_stats import add_night_stats
+from kernelwatch.store.night_stats import add_night_stats, kernel_nights
 from kernelwatch.store.runfile import Run, storable
 from kernelwatch.store.samples import COLUMNS as SAMPLE_COLUMNS
 from kernelwatch.store.samples import SampleBatch
@@ -114,11 +114,11 @@ class Ingester:
                 return IngestResult(info.run_id, stored=False)
             run_pk, started_at = inserted
             self._kernel_families(cur, info, [*builds, *checks, *measurements])
-            samples = self._measurements(cur, info, run_pk, started_at, measurements)
+            samples, series_ids = self._measurements(cur, info, run_pk, started_at, measurements)
             self._correctness(cur, info, run_pk, checks)
             self._builds(cur, info, run_pk, builds)
             if info.trigger in HISTORY_TRIGGERS and measurements:
-                add_night_stats(cur, run_pk)
+                self._night_stats(cur, info, run_pk, started_at, measurements, series_ids)
         self._ids.update(self._pending)
         self._families.update(self._pending_families)
         return IngestResult(info.run_id, True, len(measurements), samples, len(checks), len(builds))
@@ -171,12 +171,12 @@ class Ingester:
         run_pk: int,
         started_at: datetime,
         records: Sequence[Measurement],
-    ) -> int:
+    ) -> tuple[int, Sequence[int]]:
         """COPY the measurements and their samples; returns how many samples (kernel and
-        baseline) were stored. Rows are framed and sent a chunk at a time, so the server
-        stores one chunk while this process frames the next."""
+        baseline) were stored, and each record's series. Rows are framed and sent a chunk at a
+        time, so the server stores one chunk while this process frames the next."""
         if not records:
-            return 0
+            return 0, []
         if len(records) >= 1 << MEASUREMENT_ID_SHIFT:
             raise ValueError(f"a run holds at most {1 << MEASUREMENT_ID_SHIFT} measurements")
         repository_id = self._repository(cur, info.repository)
@@ -209,7 +209,23 @@ class Ingester:
                     "extra": extras,
                 }
                 copy.write(measurement_rows(part, given))
-        return sum(batch.count for batch in batches)
+        return sum(batch.count for batch in batches), series_ids
+
+    def _night_stats(
+        self,
+        cur: psycopg.Cursor,
+        info: RunInfo,
+        run_pk: int,
+        started_at: datetime,
+        records: Sequence[Measurement],
+        series_ids: Sequence[int],
+    ) -> None:
+        """A history run's per-kernel sums and its series' point counts (store/night_stats)."""
+        repository_id = self._repository(cur, info.repository)
+        named = sorted({(m.case.suite, m.case.kernel) for m in records})
+        kernel_ids = {sk: self._kernel(cur, repository_id, *sk) for sk in named}
+        nights = kernel_nights(records, kernel_ids)
+        add_night_stats(cur, run_pk, started_at, nights, series_ids)
 
     def _correctness(
         self, cur: psycopg.Cursor, info: RunInfo, run_pk: int, records: Sequence[CorrectnessResult]
