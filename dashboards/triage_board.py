@@ -59,7 +59,7 @@ ORDER BY state
                 "Regressions",
                 f"""
 SELECT regression_id, kind, opened_by, title, state, cause, magnitude, kernels, device_models,
-  change_points, worst_change, good_sha, bad_sha, culprit_sha, bisect_steps, last_verdict,
+  change_points, good_sha, bad_sha, culprit_sha, bisect_steps, last_verdict,
   assignee, bug_url, age_days, last_event_at, last_actor, last_note, repository, kernel, dtype,
   device_model, series_key, {links.window_columns("change_at")}
 FROM report_triage_links
@@ -70,14 +70,13 @@ ORDER BY open DESC, created_at DESC
                 h=12,
             )
             .description(
-                "One line per regression: kind, what opened it, magnitude and worst change "
-                "(percent), kernels and GPUs, commit range and culprit, bisection progress, "
-                "assignee, age (days) and the last triage event. Click a row for the history "
-                "of the series that moved most, around the change."
+                "One line per regression: kind, what opened it, its magnitude (percent, the "
+                "one every panel shows for it), kernels and GPUs, commit range and culprit, "
+                "bisection progress, assignee, age (days) and the last triage event. Click a "
+                "row for the history of the series that moved most, around the change."
             )
             .data_links(common.history_links())
             .override_by_name("magnitude", [common.unit("percentunit")])
-            .override_by_name("worst_change", [common.unit("percentunit")])
             .override_by_name("age_days", [common.unit("d")])
         )
         .with_panel(
