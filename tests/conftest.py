@@ -162,12 +162,15 @@ def pg_server():
     root = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="kw-pg-", dir="/tmp"))
     server = EmbeddedServer(root)
     server.ensure_running()
-    migrate.upgrade(server.url())
-    set_passwords(server.url("postgres"))
-    yield server
-    if not shared:
-        server.stop(mode="immediate")  # its data is deleted next: no checkpoint needed
-        shutil.rmtree(server.root, ignore_errors=True)
+    try:
+        migrate.upgrade(server.url())
+        set_passwords(server.url("postgres"))
+        yield server
+    finally:
+        # also when a migration fails: a server left running outlives the session
+        if not shared:
+            server.stop(mode="immediate")  # its data is deleted next: no checkpoint needed
+            shutil.rmtree(server.root, ignore_errors=True)
 
 
 @pytest.fixture
