@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import psycopg
 import pytest
-from pg_roles import as_role
+from pg_roles import as_role, set_passwords
 from synthetic_fleet import (
     COMM_PEAK_GBPS,
     COMM_SIZES,
@@ -754,13 +754,19 @@ def test_migration_0004_down_removes_its_views_functions_and_column(pg_server):
     assert at_head[0] > 7 and at_head[1:] == (3, 1)
 
 
-def test_benchmark_script_small_scale(store_url):
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_dashboards.py"), "--models", "2",
-         "--series", "30", "--days", "12", "--samples", "5", "--pr-series", "5",
-         "--repeats", "3", "--database-url", store_url],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+def test_benchmark_script_small_scale(pg_server, store_url):
+    try:
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "bench_dashboards.py"), "--models", "2",
+             "--series", "30", "--days", "12", "--samples", "5", "--pr-series", "5",
+             "--repeats", "3", "--database-url", store_url],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        # The script gives the reader role a password of its run, and roles are the whole
+        # server's: later tests on this worker's server log in with the tests' password.
+        set_passwords(pg_server.url("postgres"))
+    psycopg.connect(as_role(store_url, "kernelwatch_reader")).close()
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["rows"]["build_metrics"] > 0 and report["rows"]["bisect_steps"] > 0
