@@ -39,12 +39,25 @@ def pr_check(
         str | None, typer.Option(help="Named workload (default: the repository's).")
     ] = None,
     dtype: DtypesOption = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Only the cases with this parameter value, KEY=VALUE (repeatable; all of a "
+            "case's parameters pin that case)."
+        ),
+    ] = None,
 ) -> None:
     """Compare HEAD against BASE on this device: both checked, built and timed interleaved.
     Writes the PR comment (markdown) and the HTML report and prints their paths.
 
     Exit 0 no regression, 1 regression, 2 the check could not be made (or bad input).
     """
+    from kernelwatch.harness.suite import SelectionError, parse_params
+
+    try:
+        parse_params(param or ())
+    except SelectionError as exc:
+        fail(str(exc), code=2)
     prepare_prefect()
     from kernelwatch.flows.prcheck import pr_check as pr_check_flow
 
@@ -65,6 +78,7 @@ def pr_check(
             kernels=kernel,
             workload=workload,
             dtypes=dtype,
+            params=param,
         ),
         unavailable=2,
     )

@@ -61,6 +61,9 @@ class RepositoryConfig:
     """The kernels to run. Empty: every kernel of the suite."""
     dtypes: tuple[str, ...] = ()
     """The dtypes to run. Empty: every dtype each kernel declares."""
+    params: tuple[str, ...] = ()
+    """Only the cases whose parameters have these values, each ``KEY=VALUE`` (``m=4096``);
+    all of a case's parameters pin that case. Empty: every case of the workload."""
     archs: tuple[str, ...] = DEFAULT_ARCHS
     """The targets cross-compiled. Empty: no build stage."""
     pools: tuple[str, ...] = ()

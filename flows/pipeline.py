@@ -76,6 +76,7 @@ def check_stage(
         kernels=tuple(kernels or repo.kernels),
         workload=repo.workload,
         dtypes=repo.dtypes,
+        params=repo.params,
         case_timeout_s=case_timeout_s,
     )
     return list(run_checks(request))
@@ -124,6 +125,7 @@ def bench_stage(
         kernels=tuple(kernels),
         workload=repo.workload,
         dtypes=repo.dtypes,
+        params=repo.params,
         case_timeout_s=case_timeout_s,
         options=options,
     )
@@ -148,6 +150,7 @@ def ab_stage(
         kernels=tuple(repo.kernels if kernels is None else kernels),
         workload=repo.workload,
         dtypes=repo.dtypes,
+        params=repo.params,
         case_timeout_s=case_timeout_s,
         options=options,
     )

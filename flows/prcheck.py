@@ -59,13 +59,14 @@ def pr_check(
     kernels: list[str] | None = None,
     workload: str | None = None,
     dtypes: list[str] | None = None,
+    params: list[str] | None = None,
 ) -> PrCheckSummary:
     """Compare ``head`` against ``base`` of ``repository`` on this worker's device.
     ``pr_number``, ``branch`` and ``author`` name the pull request on the PR dashboard;
-    ``kernels``, ``workload`` and ``dtypes`` narrow the repository's selection (a
-    regression's repro command pins its kernel, workload and dtype)."""
+    ``kernels``, ``workload``, ``dtypes`` and ``params`` (``KEY=VALUE``) narrow the
+    repository's selection (a regression's repro command pins its one case that way)."""
     config = configuration.load()
-    repo = _narrowed(config.repository(repository), kernels, workload, dtypes)
+    repo = _narrowed(config.repository(repository), kernels, workload, dtypes, params)
     config.pool(pool)
     path = tasks.sync_repository(repo)
     base_sha, head_sha = revision(path, base), revision(path, head)
@@ -130,6 +131,7 @@ def _narrowed(
     kernels: list[str] | None,
     workload: str | None,
     dtypes: list[str] | None,
+    params: list[str] | None = None,
 ) -> configuration.RepositoryConfig:
     """``repo`` with its selection narrowed where one is given (checked, built and timed
     alike; a name the suite lacks ends the check with outcome 2, saying so)."""
@@ -139,6 +141,7 @@ def _narrowed(
         workload=workload or repo.workload,
         build_workload=repo.build_workload if workload is None else workload,
         dtypes=tuple(dtypes) if dtypes else repo.dtypes,
+        params=tuple(params) if params else repo.params,
     )
 
 

@@ -227,7 +227,8 @@ def _select(plan: dict[str, Any], suites: list[Suite]) -> list[Task]:
     only B's suite has (they are reported unsupported: there is nothing to compare)."""
     from kernelwatch.harness.suite import SelectionError, lacks, select_tasks
 
-    selection = (plan["kernels"], plan["workload"], plan["dtypes"], plan.get("cases_per_kernel", 0))
+    selection = (plan["kernels"], plan["workload"], plan["dtypes"], plan.get("cases_per_kernel", 0),
+                 plan.get("params", ()))  # fmt: skip
     tasks = select_tasks(suites[0], *selection)
     if len(suites) > 1:
         # When B cannot satisfy the selection at all, every case is A's, reported as B lacking it.
@@ -372,7 +373,8 @@ def _arm(plan: dict[str, Any], device: Device, emit: Emit) -> int:
         emit({"event": "fatal", "kind": "suite", "message": message})
         return EXIT_FATAL
     suite = loaded.suite
-    selection = (plan["kernels"], plan["workload"], plan["dtypes"], plan.get("cases_per_kernel", 0))
+    selection = (plan["kernels"], plan["workload"], plan["dtypes"], plan.get("cases_per_kernel", 0),
+                 plan.get("params", ()))  # fmt: skip
     try:
         tasks = select_tasks(suite, *selection)
     except SelectionError as exc:

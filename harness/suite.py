@@ -1,5 +1,6 @@
 """Find a suite (a module exposing ``SUITE``) in this package or in any repository checkout,
-and turn a user's selection (kernels, workload, dtypes) into the list of cases to run."""
+and turn a user's selection (kernels, workload, dtypes, case parameters) into the list of
+cases to run."""
 
 from __future__ import annotations
 
@@ -307,6 +308,38 @@ def _import_file(path: Path) -> Any:
 T = TypeVar("T")
 
 
+def parse_params(pins: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` texts (``--param m=4096``) as a mapping; raises :class:`SelectionError`
+    for one without ``=`` or a key given twice."""
+    found: dict[str, str] = {}
+    for pin in pins:
+        key, sep, value = pin.partition("=")
+        if not sep or not key.strip():
+            raise SelectionError(f"case parameter {pin!r} is not KEY=VALUE (e.g. m=4096)")
+        if key.strip() in found:
+            raise SelectionError(f"case parameter {key.strip()!r} is given twice")
+        found[key.strip()] = value.strip()
+    return found
+
+
+def _same_value(actual: Any, given: str) -> bool:
+    """Whether a case's parameter is the text ``given``: the store writes parameters as
+    JSON text (``true``, ``1e-05``), a user types them as they read them."""
+    if isinstance(actual, bool):
+        return given.lower() == str(actual).lower()
+    if isinstance(actual, int | float):
+        try:
+            return float(given) == float(actual)
+        except ValueError:
+            return False
+    return str(actual) == given
+
+
+def matches(params: Params, pins: dict[str, str]) -> bool:
+    """Whether a case with ``params`` has every pinned parameter's value."""
+    return all(key in params and _same_value(params[key], v) for key, v in pins.items())
+
+
 def spread(cases: Sequence[T], count: int) -> list[T]:
     """At most ``count`` of ``cases`` (all when 0), evenly spread: the first and the last,
     and between them at equal steps; one alone is the middle case."""
@@ -324,13 +357,15 @@ def select_tasks(
     workload: str = "smoke",
     dtypes: Sequence[str] = (),
     per_kernel: int = 0,
+    params: Sequence[str] = (),
 ) -> list[Task]:
     """Every (kernel, case, dtype) the selection names, in suite order.
 
     With no ``kernels`` every kernel that has ``workload`` is taken; a kernel named
-    explicitly must have it. ``per_kernel``: at most that many of each kernel's cases, evenly
-    spread from its first to its last (one: the middle one); 0 takes them all. Raises
-    :class:`SelectionError` naming the valid choices.
+    explicitly must have it. ``params`` (``KEY=VALUE`` texts) keep only the cases with those
+    parameter values: all of a case's parameters pin that case. ``per_kernel``: at most that
+    many of each kernel's cases, evenly spread from its first to its last (one: the middle
+    one); 0 takes them all. Raises :class:`SelectionError` naming the valid choices.
     """
     from kernelwatch.harness.spec import DTYPES
 
@@ -353,11 +388,20 @@ def select_tasks(
     lacking = [s.name for s in specs if kernels and workload not in s.workloads]
     if lacking:
         raise SelectionError(f"kernel {', '.join(lacking)} has no workload {workload!r}")
+    pins = parse_params(params)
+    pinned = {s.name: [c for c in s.workloads.get(workload, ()) if matches(c, pins)] for s in specs}
+    if pins and not any(pinned.values()):
+        seen = [" ".join(f"{k}={v}" for k, v in c.items())
+                for s in specs for c in s.workloads.get(workload, ())]  # fmt: skip
+        raise SelectionError(
+            f"no {workload!r} case has {' '.join(params)}; cases: {'; '.join(seen[:8])}"
+            + (f" and {len(seen) - 8} more" if len(seen) > 8 else "")
+        )
     tasks = [
-        Task(spec.name, workload, dict(params), dtype, spec.tolerance[dtype])
+        Task(spec.name, workload, dict(case), dtype, spec.tolerance[dtype])
         for spec in specs
         if workload in spec.workloads
-        for params in spread(spec.workloads[workload], per_kernel)
+        for case in spread(pinned[spec.name], per_kernel)
         for dtype in spec.dtypes
         if not dtypes or dtype in dtypes
     ]

@@ -66,7 +66,8 @@ class CheckRequest:
     own in ``options``). ``stop_at`` is a deadline on ``time.monotonic()`` for the whole
     run: when it passes, the child is killed and the records stop, without a record for
     the case it was in. ``cases_per_kernel``: at most this many of each kernel's cases,
-    evenly spread over its workload (0: all; ``select_tasks``). Without ``autotune`` a check
+    evenly spread over its workload (0: all; ``select_tasks``); ``params``: only the cases
+    with these ``KEY=VALUE`` parameter values. Without ``autotune`` a check
     launches each kernel's ``pinned_config`` where no pin names one: one compile a
     specialisation instead of one a config.
     """
@@ -82,6 +83,7 @@ class CheckRequest:
     stop_at: float | None = None
     cases_per_kernel: int = 0
     autotune: bool = True
+    params: Sequence[str] = ()
 
     mode = "check"
 
@@ -93,6 +95,7 @@ class CheckRequest:
             "workload": self.workload,
             "dtypes": list(self.dtypes),
             "cases_per_kernel": self.cases_per_kernel,
+            "params": list(self.params),
             "autotune": self.autotune,
             "seed": self.seed,
             "start": start,

@@ -1017,12 +1017,13 @@ def test_morning_after_shows_what_the_nightly_decided_with_that_decisions_number
 def test_a_culprit_merged_with_others_has_its_repro_and_its_mark_on_its_night(seeded, reader):
     """The confirmed regression's culprit was one of several commits merged on the last
     night: the morning row and the open regression give the command that measures it
-    against its parent with the case's kernel, workload and dtype pinned, and its bisection
-    verdict sits on the night it first ran, not days earlier at its author time."""
+    against its parent with the case pinned (kernel, workload, dtype, parameters), and its
+    bisection verdict sits on the night it first ran, not days earlier at its author time."""
+    (case,) = [c for c in cases(21) if (c.kernel, c.dtype) == ("rms_norm", "bf16")][:1]
     expected = (
         f"kernelwatch pr-check --repository {REPOSITORY} --base {sha(DAYS - 2)} "
         f"--head {MERGED.sha} --kernel rms_norm --workload llm --dtype bf16"
-    )
+    ) + "".join(f" --param {k}={v}" for k, v in sorted(case.params.items()))
     (opened,) = [r for r in _panel_rows(seeded, reader, "kw-fleet", "Open regressions")
                  if r["regression_id"] == seeded.confirmed]  # fmt: skip
     assert (opened["culprit_sha"], opened["repro"]) == (MERGED.sha, expected)

@@ -133,18 +133,38 @@ def test_a_missing_configuration_file_is_named(kernelwatch_cli, tmp_path, monkey
     assert proc.stderr.strip() == f"error: {tmp_path / 'absent.toml'}: no such configuration file"
 
 
+def test_pr_check_refuses_case_parameters_that_pin_nothing_in_one_line(
+    kernelwatch_cli, tmp_path, demo_repo, store_url, monkeypatch, prefect_api
+):
+    config = _config(tmp_path / "kernelwatch.toml", demo_repo.path, tmp_path / "reports")
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+    monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
+    base = ("pr-check", "--base", demo_repo.culprit_parent, "--head", demo_repo.culprit)
+    malformed = kernelwatch_cli(*base, "--param", "tokens", env=prefect_api)
+    assert malformed.returncode == 2
+    assert malformed.stderr.strip() == (
+        "error: case parameter 'tokens' is not KEY=VALUE (e.g. m=4096)"
+    )
+    absent = kernelwatch_cli(*base, "--param", "tokens=999", env=prefect_api)
+    assert absent.returncode == 2, absent.stderr[-3000:]
+    (line,) = [x for x in absent.stderr.splitlines() if x.startswith("error:")]
+    assert "no 'smoke' case has tokens=999; cases: tokens=4 hidden=200" in line
+    with psycopg.connect(store_url) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
 def test_pr_check_command_exits_1_on_the_planted_regression_and_prints_its_files(
     kernelwatch_cli, tmp_path, demo_repo, store_url, monkeypatch, prefect_api
 ):
     config = _config(tmp_path / "kernelwatch.toml", demo_repo.path, tmp_path / "reports")
     monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
     monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
-    # As a regression's repro command runs it: its kernel, workload and dtype pinned.
+    # As a regression's repro command runs it: its one case pinned.
     proc = kernelwatch_cli(
         "pr-check", "--base", demo_repo.culprit_parent, "--head", demo_repo.culprit,
         "--pr", "17", "--branch", "faster-norm", "--author", "mallory",
         "--kernel", demo_repo.culprit_kernel, "--workload", "smoke", "--dtype", "fp32",
-        env=prefect_api,
+        "--param", "hidden=200", "--param", "tokens=4", env=prefect_api,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
     with psycopg.connect(store_url) as conn:

@@ -76,6 +76,25 @@ def test_a_selection_matching_nothing_is_refused():
         select_tasks(suite, ["a"], "smoke", ["bf16"])
 
 
+def test_case_parameters_pin_cases_as_a_repro_command_names_them():
+    cases = ({"n": 1, "mode": "row major", "fused": True}, {"n": 2, "mode": "col", "fused": False},
+             {"n": 2, "mode": "row major", "fused": False, "eps": 1e-05})  # fmt: skip
+    suite = Suite("x", (_spec("a", workloads={"smoke": cases}), _spec("b")))
+    pinned = select_tasks(suite, (), "smoke", ["fp32"], params=["n=2", "mode=row major"])
+    assert [(t.kernel, dict(t.params)) for t in pinned] == [("a", cases[2])]
+    # As the store writes parameters (JSON text) and as a user types them.
+    for typed, n in ((["fused=true"], 1), (["fused=True"], 1), (["eps=0.00001", "n=2.0"], 2)):
+        (task,) = select_tasks(suite, ["a"], "smoke", ["fp32"], params=typed)
+        assert task.params["n"] == n, typed
+    assert [t.kernel for t in select_tasks(suite, (), "smoke", ["fp32"], params=["n=1"])] == [
+        "a", "b"]  # fmt: skip
+    with pytest.raises(SelectionError, match=r"no 'smoke' case has n=3; cases: n=1 mode=row"):
+        select_tasks(suite, ["a"], "smoke", params=["n=3"])
+    for bad, message in ((["n"], "'n' is not KEY=VALUE"), (["n=1", "n=2"], "'n' is given twice")):
+        with pytest.raises(SelectionError, match=message):
+            select_tasks(suite, ["a"], "smoke", params=bad)
+
+
 def test_an_entry_point_or_in_place_spec_is_well_formed():
     call = _spec("a", launch=None, make_outputs=None, call=lambda t, p: {"y": t["x"]})
     inplace = _spec("b", make_outputs=None, inplace={"x": InPlace("x")})
