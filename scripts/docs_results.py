@@ -322,7 +322,6 @@ def selfcheck_budget(details: dict[str, Any]) -> str:
 
 def dashboards_latency(details: dict[str, Any]) -> str:
     """Every dashboard query's latency at fleet scale against its target (docs/BENCHMARKS.md)."""
-    targets = details["targets_ms"]
     rows = details["rows"]
     lines = [
         f"{rows['measurements']:,} measurements, {rows['series']:,} series, {rows['runs']:,} "
@@ -334,16 +333,17 @@ def dashboards_latency(details: dict[str, Any]) -> str:
         "| query | rows | p50 ms | p95 ms | target p95 ms | met |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    met = 0
+    met = judged = 0
     for name, q in details["queries"].items():
-        target = next((v for k, v in targets.items() if name.startswith(k)), targets["default"])
+        timing = f"| {name} | {q['rows']} | {q['p50_ms']:.1f} | {q['p95_ms']:.1f} |"
+        target = q["target_ms"]
+        if target is None:  # a cascade: the variable queries below it, one after another
+            lines.append(f"{timing} (its queries') | |")
+            continue
         ok = q["p95_ms"] <= target
-        met += ok
-        lines.append(
-            f"| {name} | {q['rows']} | {q['p50_ms']:.1f} | {q['p95_ms']:.1f} | {target:g} | "
-            f"{'yes' if ok else '**no**'} |"
-        )
-    lines += ["", f"{met} of {len(details['queries'])} queries met their target."]
+        met, judged = met + ok, judged + 1
+        lines.append(f"{timing} {target:g} | {'yes' if ok else '**no**'} |")
+    lines += ["", f"{met} of {judged} queries met their target."]
     return "\n".join(lines)
 
 

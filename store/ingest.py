@@ -220,12 +220,15 @@ class Ingester:
         records: Sequence[Measurement],
         series_ids: Sequence[int],
     ) -> None:
-        """A history run's per-kernel sums and its series' point counts (store/night_stats)."""
+        """A history run's per-kernel sums and its series' point counts (store/night_stats),
+        and its points filed as their series' latest where they are."""
         repository_id = self._repository(cur, info.repository)
         named = sorted({(m.case.suite, m.case.kernel) for m in records})
         kernel_ids = {sk: self._kernel(cur, repository_id, *sk) for sk in named}
         nights = kernel_nights(records, kernel_ids)
         add_night_stats(cur, run_pk, started_at, nights, series_ids)
+        # Each series' latest point, read by the "latest nightly" panels (migration 0016).
+        cur.execute("SELECT latest_points_add(%s)", (run_pk,))
 
     def _correctness(
         self, cur: psycopg.Cursor, info: RunInfo, run_pk: int, records: Sequence[CorrectnessResult]

@@ -9,6 +9,7 @@ GPU model whose nightly stopped, and a case whose measurement method changed."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import psycopg
 import pytest
 from pg_roles import as_role, set_passwords
 from synthetic_fleet import (
+    BASELINE,
     COMM_PEAK_GBPS,
     COMM_SIZES,
     COMM_WORLDS,
@@ -1123,7 +1125,8 @@ def test_quarter_view_plots_ours_and_the_baselines_medians_for_three_cases(seede
     for row in rows:
         lines.setdefault(row["metric"], []).append(row)
     ours = sorted(m for m in lines if m.endswith("(ours)"))
-    torch = sorted(m for m in lines if m.endswith("(torch)"))
+    # The library by the first word of its name: a legend stays one line.
+    torch = sorted(m for m in lines if m.endswith(f"({BASELINE.split()[0]})"))
     assert len(ours) == len(torch) == 3 and len(lines) == 6
     assert all(m.startswith("flash_attention ") and " on NVIDIA B200 " in m for m in ours)
     for mine, theirs in zip(ours, torch, strict=True):
@@ -1270,3 +1273,35 @@ def test_triage_rows_link_to_the_history_of_what_moved(seeded, reader):
     (planted,) = [s for s in suspects if s["series_key"] == seeded.planted_key]
     choice, _request, _variables = _follow(_panel("kw-triage", title), planted, reader)
     assert choice["case"] == seeded.planted_key
+
+
+def _sorted_rows(conn: psycopg.Connection, sql: str) -> list[tuple]:
+    cur = conn.execute(sql)
+    return sorted(cur.fetchall(), key=repr)
+
+
+def test_the_latest_points_kept_at_ingest_give_the_rows_the_measurements_give(seeded):
+    """Migration 0016's views read each series' latest point from ``latest_points``; on the
+    seeded history (multi-commit nights, a failed night, a stopped pool, PR runs) they give
+    the rows the definitions they replace computed from the measurements."""
+    versions = "kernelwatch.store.migrations.versions"
+    honest = importlib.import_module(f"{versions}.0009_honest_dashboards")
+    fleet_scale = importlib.import_module(f"{versions}.0014_fleet_scale")
+    returns, drift = importlib.import_module(f"{versions}.0004_dashboards").FUNCTIONS[
+        "report_kernel_drift(since timestamptz)"
+    ]
+    with psycopg.connect(seeded.url) as conn:
+        for view, before in (
+            ("report_nightly_latest", honest.VIEWS["report_nightly_latest"]),
+            ("report_night_comparison", fleet_scale.NIGHT_COMPARISON),
+        ):
+            now = _sorted_rows(conn, f"SELECT * FROM {view}")
+            assert now and now == _sorted_rows(conn, f"SELECT * FROM ({before}) q"), view
+        conn.execute(
+            f"CREATE FUNCTION pg_temp.drift_before(since timestamptz) RETURNS {returns} "
+            f"LANGUAGE sql AS $fn${drift}$fn$"
+        )
+        for days in (3, DAYS // 2, DAYS + 5):
+            since = f"'{(END - timedelta(days=days)).isoformat()}'::timestamptz"
+            now = _sorted_rows(conn, f"SELECT * FROM report_kernel_drift({since})")
+            assert now and now == _sorted_rows(conn, f"SELECT * FROM pg_temp.drift_before({since})")
