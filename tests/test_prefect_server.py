@@ -41,8 +41,25 @@ def _api(url: str, path: str, body: dict | None = None, auth: str | None = AUTH)
         headers=headers,
         method="POST" if body is not None else "GET",
     )
+    # As Prefect's own client does: a busy server answers 503 (its database timed out) and
+    # the call is sent again, with a backoff (CI saw one on a loaded host).
+    for delay in (1, 2, 4, 8):
+        try:
+            return _send(request)
+        except urllib.error.HTTPError as exc:
+            if exc.code not in _RETRY_CODES:
+                raise
+        time.sleep(delay)
+    return _send(request)
+
+
+def _send(request: urllib.request.Request) -> dict:
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read() or b"null")
+
+
+#: The statuses Prefect's client retries (prefect/client/base.py).
+_RETRY_CODES = {408, 429, 502, 503}
 
 
 @pytest.fixture
