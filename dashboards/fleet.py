@@ -226,7 +226,7 @@ WITH top AS (
     ab_ratio, ab_ci_low, ab_ci_high, ab_p_value, ab_base_sha, ab_head_sha, night_ratio,
     previous_sha, commit_sha, behind_newest_h, failed_after, failed_between, same_gpu,
     suspicion, regression_id, run_status, night, method, repository, series_key
-  FROM report_night_comparison
+  FROM report_night_comparison_top
   WHERE repository = '$repository' AND $__timeFilter(night)
   ORDER BY {order}
   LIMIT {MORNING_ROWS}

@@ -221,14 +221,17 @@ class Ingester:
         series_ids: Sequence[int],
     ) -> None:
         """A history run's per-kernel sums and its series' point counts (store/night_stats),
-        and its points filed as their series' latest where they are."""
+        its points filed as their series' latest where they are, and its GPU model's
+        latest movers."""
         repository_id = self._repository(cur, info.repository)
         named = sorted({(m.case.suite, m.case.kernel) for m in records})
         kernel_ids = {sk: self._kernel(cur, repository_id, *sk) for sk in named}
         nights = kernel_nights(records, kernel_ids)
         add_night_stats(cur, run_pk, started_at, nights, series_ids)
-        # Each series' latest point, read by the "latest nightly" panels (migration 0016).
+        # Each series' latest point, read by the "latest nightly" panels (migration 0016),
+        # and the latest run's most slowed cases, listed first by the morning panel (0017).
         cur.execute("SELECT latest_points_add(%s)", (run_pk,))
+        cur.execute("SELECT night_movers_refresh(%s)", (run_pk,))
 
     def _correctness(
         self, cur: psycopg.Cursor, info: RunInfo, run_pk: int, records: Sequence[CorrectnessResult]

@@ -13,12 +13,14 @@ devices, series and nights) is ``synthetic_fleet.py``, beside this module.
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
 from kernelwatch.harness.records import (
@@ -35,6 +37,7 @@ from kernelwatch.harness.records import (
     Summary,
     Verdict,
 )
+from kernelwatch.store.ingest import Ingester
 from kernelwatch.store.runfile import Run, RunRecord
 
 DEVICE = DeviceInfo("cuda", "NVIDIA H200", "node-1", False, "GPU-1", "9.0", 132)
@@ -157,6 +160,15 @@ def run_info(at: datetime = WHEN, **fields: Any) -> RunInfo:
 def run(records: Iterable[RunRecord] = (), info: RunInfo | None = None) -> Run:
     """A run of ``records`` under ``info`` (by default ``run_info()``)."""
     return Run.of(info if info is not None else run_info(), records)
+
+
+def ingest_shuffled(conn: psycopg.Connection, runs: Sequence[Run], seed: int) -> None:
+    """Ingest ``runs`` in an order drawn with ``seed``, as a spool may deliver them."""
+    order = list(runs)
+    random.Random(seed).shuffle(order)
+    ingester = Ingester(conn)
+    for r in order:
+        ingester.ingest(r)
 
 
 @pytest.fixture

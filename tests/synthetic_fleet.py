@@ -172,7 +172,8 @@ def fleet_runs(fleet: Fleet, end: datetime) -> Iterator[Run]:
 
 def add_regressions(conn: psycopg.Connection, count: int, seed: int, back: int = 1) -> None:
     """Change points and regressions as detection would write them, so the regression
-    queries have rows to find (this benchmark has no detector of its own)."""
+    queries have rows to find (this benchmark has no detector of its own): ``count`` change
+    points, each four under one regression (a last group of under four under none)."""
     conn.execute(
         """
         WITH picked AS (
@@ -191,14 +192,14 @@ def add_regressions(conn: psycopg.Connection, count: int, seed: int, back: int =
                 (ARRAY['untriaged','acknowledged','investigating','fixed','false_positive'])
                     [1 + n %% 5], 'code', 0.03, commit_id, commit_id, measured_at
             FROM picked WHERE n %% 4 = 0
-            RETURNING id, bad_commit_id
+            RETURNING id, title
         )
         INSERT INTO change_points (series_id, measurement_id, commit_id, at, detector,
             before_ns, after_ns, rel_change, direction, regression_id)
         SELECT p.series_id, p.measurement_id, p.commit_id, p.measured_at, 'synthetic',
-            1.0, 1.03, 0.03, 'regression',
-            (SELECT g.id FROM groups g WHERE g.bad_commit_id = p.commit_id LIMIT 1)
-        FROM picked p""",
+            1.0, 1.03, 0.03, 'regression', g.id
+        FROM picked p
+            LEFT JOIN groups g ON g.title = 'synthetic regression ' || ((p.n + 3) / 4 * 4)""",
         {"count": count, "seed": str(seed), "back": back},
     )
     conn.commit()

@@ -45,7 +45,7 @@ from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.verdict import ABVerdict
 from kernelwatch.dashboards import alert_rules as alerts
 from kernelwatch.dashboards import catalog, inventory
-from kernelwatch.dashboards.fleet import TOO_SHORT
+from kernelwatch.dashboards.fleet import MORNING_ROWS, TOO_SHORT
 from kernelwatch.dashboards.limits import NIGHTLY_MISSING_HOURS
 from kernelwatch.dashboards.macros import Request, expand, expand_link
 from kernelwatch.dashboards.triage_board import STATES
@@ -1281,9 +1281,10 @@ def _sorted_rows(conn: psycopg.Connection, sql: str) -> list[tuple]:
 
 
 def test_the_latest_points_kept_at_ingest_give_the_rows_the_measurements_give(seeded):
-    """Migration 0016's views read each series' latest point from ``latest_points``; on the
-    seeded history (multi-commit nights, a failed night, a stopped pool, PR runs) they give
-    the rows the definitions they replace computed from the measurements."""
+    """Migration 0016's views read each series' latest point from ``latest_points``, 0017's
+    kernel means the sums kept per run; on the seeded history (multi-commit nights, a failed
+    night, a stopped pool, PR runs) they give the rows the definitions they replace computed
+    from the measurements."""
     versions = "kernelwatch.store.migrations.versions"
     honest = importlib.import_module(f"{versions}.0009_honest_dashboards")
     fleet_scale = importlib.import_module(f"{versions}.0014_fleet_scale")
@@ -1293,6 +1294,7 @@ def test_the_latest_points_kept_at_ingest_give_the_rows_the_measurements_give(se
     with psycopg.connect(seeded.url) as conn:
         for view, before in (
             ("report_nightly_latest", honest.VIEWS["report_nightly_latest"]),
+            ("report_nightly_kernels", honest.VIEWS["report_nightly_kernels"]),
             ("report_night_comparison", fleet_scale.NIGHT_COMPARISON),
         ):
             now = _sorted_rows(conn, f"SELECT * FROM {view}")
@@ -1305,3 +1307,20 @@ def test_the_latest_points_kept_at_ingest_give_the_rows_the_measurements_give(se
             since = f"'{(END - timedelta(days=days)).isoformat()}'::timestamptz"
             now = _sorted_rows(conn, f"SELECT * FROM report_kernel_drift({since})")
             assert now and now == _sorted_rows(conn, f"SELECT * FROM pg_temp.drift_before({since})")
+
+
+def test_the_morning_panel_gives_from_the_kept_movers_the_rows_every_case_gives(seeded, reader):
+    """The morning panel reads ``report_night_comparison_top`` (every suspected case and each
+    latest run's most slowed cases, migration 0017); run against every case's comparison
+    instead, the same query gives the same rows, and it never lists more rows than are kept."""
+    movers = importlib.import_module("kernelwatch.store.migrations.versions.0017_night_movers")
+    assert MORNING_ROWS <= movers.MOVERS
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-fleet"]
+    variables = inventory.resolve(dashboard, seeded.request, _runner(reader), None)
+    (query,) = [q for q in inventory.dashboard_queries(dashboard) if q.title == MORNING]
+    sql = expand(query.sql, seeded.request, variables)
+    assert sql.count("FROM report_night_comparison_top\n") == 1
+    everything = sql.replace("FROM report_night_comparison_top\n", "FROM report_night_comparison\n")
+    shown = reader(sql)[2]
+    assert len(shown) > 1 and any(row[1] != "not suspected" for row in shown)
+    assert shown == reader(everything)[2]

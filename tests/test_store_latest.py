@@ -5,14 +5,11 @@ a newer one), with failed runs, PR runs and a night that did not measure a case 
 from __future__ import annotations
 
 import importlib
-import random
 from dataclasses import replace
 from datetime import timedelta
 
 import psycopg
-from factories import CASE, WHEN, commit, measurement, run, run_info
-
-from kernelwatch.store.ingest import Ingester
+from factories import CASE, WHEN, commit, ingest_shuffled, measurement, run, run_info
 
 MIGRATION = importlib.import_module("kernelwatch.store.migrations.versions.0016_latest_points")
 OTHER = replace(CASE, params={"rows": 8, "hidden": 512})
@@ -41,12 +38,8 @@ def _points(conn: psycopg.Connection) -> list[tuple]:
 
 
 def test_each_series_keeps_its_latest_point_and_the_one_before_in_any_arrival_order(store_url):
-    runs = _runs()
-    random.Random(3).shuffle(runs)
     with psycopg.connect(store_url) as conn:
-        ingester = Ingester(conn)
-        for r in runs:
-            ingester.ingest(r)
+        ingest_shuffled(conn, _runs(), seed=3)
         filed = _points(conn)
         latest = {row[0]: row for row in conn.execute(
             "SELECT s.case_label, p.median_ns, p.previous_median_ns, p.commit_sha, "
