@@ -45,6 +45,11 @@ def count(url: str, sql: str) -> int:
         return conn.execute(sql).fetchone()[0]
 
 
+def _setting(url: str, name: str) -> str:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]
+
+
 def test_head_constant_matches_alembic():
     assert migrate.script_head() == migrate.HEAD
 
@@ -61,8 +66,11 @@ def test_migrations_up_and_down(pg_server):
     migrate.upgrade(url)
     assert count(url, "SELECT count(*) FROM pg_tables WHERE tablename = 'bisect_steps'") == 1
     assert count(url, "SELECT count(*) FROM pg_views WHERE viewname = 'report_triage_board'") == 1
+    # every query of the store is short: a JIT compile cost 1.5 s an ingest (migration 0017)
+    assert _setting(url, "jit") == "off"
     migrate.downgrade(url, "0001")
     assert count(url, views) == 1 and count(url, tables) == 17  # raw_samples is 0001's
+    assert _setting(url, "jit") == "on"
     migrate.downgrade(url, "base")
     assert count(url, tables) == 1  # alembic_version alone
     migrate.upgrade(url)

@@ -17,6 +17,11 @@ pass over 6,000 wide rows costs 5-10 ms on its own).
   count under ``MOVERS``).
 - ``report_nightly_kernels``: from the per-run kernel sums kept at ingest
   (``night_kernel_stats``) of the latest runs, the same rows as from their points.
+- ``report_latest_nightly_runs`` and ``report_night_comparison``: two GPUs' runs of one model
+  at the same time resolved to the larger run id, as the movers are.
+- ``jit = off`` for the database (where the migration may set it): every query kernelwatch
+  runs is short, and a compile cost 1.5 s an ingest where a never-analysed small table's
+  default estimates crossed JIT's cost threshold.
 
 Revision ID: 0017
 Revises: 0016
@@ -52,44 +57,76 @@ CREATE TABLE night_movers (
 );
 GRANT DELETE ON night_movers TO {WRITER};"""
 
+_HISTORY = "trigger IN ('nightly', 'manual') AND status IN ('ok', 'partial')"
+
 # The latest history run of the run's repository and GPU model and the one before it, as
-# report_night_comparison pairs them, and the latest's points whose previous point is of
-# that run: the pair's movers are replaced, whichever run they were of.
+# report_latest_nightly_runs and report_night_comparison pick them (the latest on any GPU
+# of the model; ties to the larger id), and the latest's points whose previous point is of
+# that run: the pair's movers are replaced, whichever run they were of. Written against
+# the model's few devices, not those views' every repository x device: on a store whose
+# small tables were never analysed (autovacuum's threshold is 50 changed rows) the views'
+# estimates passed JIT's threshold and each ingest spent 1.5 s compiling this.
 REFRESH = f"""
-CREATE FUNCTION night_movers_refresh(run bigint) RETURNS void LANGUAGE sql AS $fn$
-DELETE FROM night_movers nm
-USING runs this, devices td, runs r, devices d
-WHERE this.id = run AND td.id = this.device_id AND nm.run_pk = r.id
-    AND r.repository_id = this.repository_id AND d.id = r.device_id AND d.model = td.model;
+CREATE FUNCTION night_movers_refresh(run bigint) RETURNS void LANGUAGE sql
+SET jit = off AS $fn$
+DELETE FROM night_movers WHERE run_pk IN (
+    SELECT r.id FROM runs this
+        JOIN devices td ON td.id = this.device_id
+        JOIN devices d ON d.model = td.model
+        JOIN runs r ON r.device_id = d.id AND r.repository_id = this.repository_id
+    WHERE this.id = run);
 INSERT INTO night_movers (run_pk, series_id, night_ratio)
-WITH latest AS (
-    SELECT l.run_pk, l.started_at, l.repository_id, l.device_model
-    FROM report_latest_nightly_runs l
-        JOIN runs this ON this.repository_id = l.repository_id
-        JOIN devices td ON td.id = this.device_id AND td.model = l.device_model
-    WHERE this.id = run
-), previous AS (
-    SELECT DISTINCT ON (l.run_pk) l.run_pk AS latest_pk, r.id AS run_pk
-    FROM latest l
-        JOIN devices d ON d.model = l.device_model
+WITH this AS (
+    SELECT r.repository_id, d.model FROM runs r JOIN devices d ON d.id = r.device_id
+    WHERE r.id = run
+), latest AS (
+    SELECT l.id, l.started_at
+    FROM this JOIN devices d ON d.model = this.model
         CROSS JOIN LATERAL (
             SELECT id, started_at FROM runs
-            WHERE device_id = d.id AND repository_id = l.repository_id
-                AND trigger IN ('nightly', 'manual') AND status IN ('ok', 'partial')
-                AND started_at < l.started_at
+            WHERE device_id = d.id AND repository_id = this.repository_id AND {_HISTORY}
             ORDER BY started_at DESC LIMIT 1
-        ) r
-    ORDER BY l.run_pk, r.started_at DESC
+        ) l
+    ORDER BY l.started_at DESC, l.id DESC LIMIT 1
+), previous AS (
+    SELECT p.id
+    FROM this JOIN devices d ON d.model = this.model
+        CROSS JOIN latest
+        CROSS JOIN LATERAL (
+            SELECT id, started_at FROM runs
+            WHERE device_id = d.id AND repository_id = this.repository_id AND {_HISTORY}
+                AND started_at < latest.started_at
+            ORDER BY started_at DESC LIMIT 1
+        ) p
+    ORDER BY p.started_at DESC, p.id DESC LIMIT 1
 )
 SELECT lp.run_pk, lp.series_id, lp.median_ns / lp.previous_median_ns
-FROM previous p
-    JOIN latest_points lp ON lp.run_pk = p.latest_pk AND lp.previous_run_pk = p.run_pk
+FROM latest
+    JOIN previous ON true
+    JOIN latest_points lp ON lp.run_pk = latest.id AND lp.previous_run_pk = previous.id
 WHERE lp.status = 'ok' AND lp.median_ns > 0
     AND lp.previous_status = 'ok' AND lp.previous_median_ns > 0
 ORDER BY lp.median_ns / lp.previous_median_ns DESC, lp.series_id
 LIMIT {MOVERS}
 $fn$;
 GRANT EXECUTE ON FUNCTION night_movers_refresh(bigint) TO {WRITER};"""
+
+# Every query of this store is short (an ingest, a panel): JIT compiling one costs more
+# than running it, and a never-analysed small table's default estimates trip it.
+NO_JIT = """
+DO $$ BEGIN
+    EXECUTE format('ALTER DATABASE %I SET jit = off', current_database());
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'jit is still on for this database: its owner can turn it off (jit = off)';
+END $$;"""
+
+# Ties between two GPUs' runs of one model broken the same way everywhere (the larger id).
+_TIES = (
+    ("ORDER BY repo.id, d.model, r.started_at DESC",
+     "ORDER BY repo.id, d.model, r.started_at DESC, r.id DESC"),
+    ("ORDER BY l.repository_id, l.device_model, r.started_at DESC\n)",
+     "ORDER BY l.repository_id, l.device_model, r.started_at DESC, r.id DESC\n)"),
+)  # fmt: skip
 
 BACKFILL = "SELECT night_movers_refresh(run_pk) FROM report_latest_nightly_runs;"
 
@@ -120,20 +157,38 @@ FROM report_latest_nightly_runs l
 GROUP BY l.repository, l.device_model, k.name"""
 
 
-def comparison_top() -> str:
-    """The body of ``report_night_comparison_top``."""
-    latest = importlib.import_module(f"{_VERSIONS}.0016_latest_points")
-    fleet_scale = importlib.import_module(f"{_VERSIONS}.0014_fleet_scale")
-    body = latest._comparison(fleet_scale.NIGHT_COMPARISON)
-    for old, new in _TOP_EDITS:
+def _edited(body: str, edits: tuple[tuple[str, str], ...], what: str) -> str:
+    for old, new in edits:
         if body.count(old) != 1:
-            raise ValueError(f"0016's night comparison changed: {old[:60]!r}")
+            raise ValueError(f"{what} changed: {old[:60]!r}")
         body = body.replace(old, new)
     return body
 
 
+def latest_runs() -> str:
+    """The body of ``report_latest_nightly_runs``: 0009's, ties broken."""
+    honest = importlib.import_module(f"{_VERSIONS}.0009_honest_dashboards")
+    return _edited(honest.VIEWS["report_latest_nightly_runs"], _TIES[:1], "0009's latest runs")
+
+
+def comparison() -> str:
+    """The body of ``report_night_comparison``: 0016's, ties broken."""
+    latest = importlib.import_module(f"{_VERSIONS}.0016_latest_points")
+    fleet_scale = importlib.import_module(f"{_VERSIONS}.0014_fleet_scale")
+    return _edited(latest._comparison(fleet_scale.NIGHT_COMPARISON), _TIES[1:],
+                   "0016's night comparison")  # fmt: skip
+
+
+def comparison_top() -> str:
+    """The body of ``report_night_comparison_top``."""
+    return _edited(comparison(), _TOP_EDITS, "0016's night comparison")
+
+
 def upgrade() -> None:
+    op.execute(NO_JIT)
     op.execute(INDEX)
+    op.execute(f"CREATE OR REPLACE VIEW report_latest_nightly_runs AS {latest_runs()};")
+    op.execute(f"CREATE OR REPLACE VIEW report_night_comparison AS {comparison()};")
     op.execute(TABLE)
     op.execute(REFRESH)
     op.execute(BACKFILL)
@@ -145,6 +200,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     honest = importlib.import_module(f"{_VERSIONS}.0009_honest_dashboards")
+    latest = importlib.import_module(f"{_VERSIONS}.0016_latest_points")
+    fleet_scale = importlib.import_module(f"{_VERSIONS}.0014_fleet_scale")
     op.execute(
         f"CREATE OR REPLACE VIEW report_nightly_kernels AS "
         f"{honest.VIEWS['report_nightly_kernels']};"
@@ -152,4 +209,13 @@ def downgrade() -> None:
     op.execute("DROP VIEW report_night_comparison_top;")
     op.execute("DROP FUNCTION night_movers_refresh(bigint);")
     op.execute("DROP TABLE night_movers;")
+    op.execute(
+        "CREATE OR REPLACE VIEW report_night_comparison AS "
+        f"{latest._comparison(fleet_scale.NIGHT_COMPARISON)};"
+    )
+    op.execute(
+        "CREATE OR REPLACE VIEW report_latest_nightly_runs AS "
+        f"{honest.VIEWS['report_latest_nightly_runs']};"
+    )
     op.execute("DROP INDEX runs_history_idx;")
+    op.execute(NO_JIT.replace("SET jit = off", "RESET jit"))
