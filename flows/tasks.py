@@ -45,7 +45,7 @@ from kernelwatch.harness.records import (
 )
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.timers import HARNESS_VERSION
-from kernelwatch.store.connect import StoreUnavailable, connect, resolve
+from kernelwatch.store.connect import StoreUnavailable, UnparsableURL, connect, resolve
 from kernelwatch.store.runfile import Run
 from kernelwatch.store.spool import Submitted, Submitter
 
@@ -62,6 +62,8 @@ def infrastructure_only(task: Any, task_run: Any, state: Any) -> bool:
     reason (see :data:`INFRASTRUCTURE`)."""
     try:
         state.result()
+    except UnparsableURL:
+        return False  # the configuration's mistake: retrying it only delays the one line
     except INFRASTRUCTURE:
         return True
     except Exception:

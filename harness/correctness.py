@@ -252,12 +252,14 @@ def _poisoned_scratch() -> Iterator[None]:
     as NaN or the integer maximum, as PyTorch's deterministic mode fills them: otherwise an
     allocator handing back the previous launch's memory, holding the right values, hides a
     row the kernel forgot to write."""
+    # set_deterministic_debug_mode, not use_deterministic_algorithms: the latter also sets
+    # Inductor's flag, and importing Inductor (and Dynamo with it) cost each check's child
+    # 2.3 s of CPU for a flag nothing here reads.
     before = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.get_deterministic_debug_mode(),
         torch.utils.deterministic.fill_uninitialized_memory,
     )
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.set_deterministic_debug_mode("warn")
     torch.utils.deterministic.fill_uninitialized_memory = True
     try:
         with warnings.catch_warnings():
@@ -265,8 +267,8 @@ def _poisoned_scratch() -> Iterator[None]:
             warnings.filterwarnings("ignore", message=".*deterministic.*")
             yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.utils.deterministic.fill_uninitialized_memory = before[2]
+        torch.set_deterministic_debug_mode(before[0])
+        torch.utils.deterministic.fill_uninitialized_memory = before[1]
 
 
 def _to_float64(inputs: Mapping[str, object]) -> dict[str, object]:

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from torch.nn.attention.bias import causal_lower_right
 
 from kernelwatch.harness.spec import (
     DEFAULT_TOLERANCE,
@@ -310,6 +309,10 @@ def _sdpa_baseline(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     else:
         # is_causal aligns the mask top-left; decode and chunked prefill need bottom-right.
+        # Imported here: the module imports Dynamo, 2.3 s of CPU that every child loading
+        # this suite (each check, bench and build) paid at import for this one baseline.
+        from torch.nn.attention.bias import causal_lower_right
+
         mask = causal_lower_right(seq_q, seq_k)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
     return {"out": out}

@@ -18,6 +18,11 @@ class StoreUnavailable(RuntimeError):
     """The database cannot be reached (or the embedded server cannot be started)."""
 
 
+class UnparsableURL(StoreUnavailable):
+    """The database URL cannot be parsed: a mistake in the configuration, which no retry
+    cures (the flows' tasks retry other StoreUnavailable errors, 20 s apart)."""
+
+
 class SchemaMismatch(RuntimeError):
     """The database's schema is not the one this kernelwatch was written for."""
 
@@ -84,7 +89,7 @@ def open_connection(url: str) -> psycopg.Connection:
         return psycopg.connect(url, connect_timeout=10)
     except psycopg.ProgrammingError:
         # libpq's parse error quotes the token it choked on, which is often the password.
-        raise StoreUnavailable(
+        raise UnparsableURL(
             f"cannot parse the database URL {redacted(url)}: percent-encode the password's "
             "special characters (% as %25, @ as %40) and bracket an IPv6 host ([::1])"
         ) from None

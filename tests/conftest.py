@@ -56,34 +56,53 @@ if WORKER is None or not os.environ.get("KERNELWATCH_BUILD_CACHE"):
     os.environ["KERNELWATCH_BUILD_CACHE"] = _scratch("kw-build-cache-")
 
 
-#: The files that take longest (a minute or more of CPU each, measured in docs/TESTING.md),
-#: longest first. ./kw test hands whole files to two workers in collection order
-#: (``--dist loadfile --no-loadscope-reorder``): started first, they run beside the many
-#: short files instead of alone at the end. A file missing here only costs balance.
-SLOW_FIRST = (
-    "test_gpu_rehearsal.py",
+#: The end-to-end files: each runs the product as a user does (the CLI, runner children in
+#: their sandbox, Prefect flows, wheels), which costs a child's torch import and more per
+#: step. They carry the ``slow`` marker, so the inner loop's fast tier, ``./kw test -m "not
+#: slow"`` (README), runs every other file: the unit, store and dashboard tests.
+#: Longest first (measured in docs/TESTING.md): ./kw test hands whole files to two workers in
+#: collection order (``--dist loadfile --no-loadscope-reorder``), so started first they run
+#: beside the many short files instead of alone at the end.
+END_TO_END = (
     "test_flows.py",
     "test_demo.py",
     "test_onboarding.py",
-    "test_flows_cli.py",
+    "test_gpu_rehearsal.py",
     "test_bench_cli.py",
     "test_distributed.py",
     "test_cli_check.py",
-    "test_kernel_imports.py",
+    "test_flows_cli.py",
     "test_security_bad_input.py",
     "test_build.py",
+    "test_kernel_imports.py",
     "test_remote_runner.py",
     "test_prefect_server.py",
     "test_ab_runner.py",
-    "test_security_inputs.py",
+    "test_ab_processes.py",
     "test_multinode.py",
-    "test_store.py",
+    "test_wheel.py",
+    "test_security_child.py",
+    "test_gpu_host_cli.py",
+    "test_init_commands.py",
+    "test_security_inputs.py",
+    "test_security_flows.py",
+    "test_external_suite.py",
+    "test_security_unprivileged.py",
+    "test_security_descendants.py",
 )
+#: The fast tier's longest files, started first for the same reason. A file missing from
+#: either list only costs balance.
+LONG_FAST = ("test_dashboards.py", "test_store.py", "test_changepoints.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))
+    order = (*END_TO_END, *LONG_FAST)
+    rank = {name: i for i, name in enumerate(order)}
+    slow = pytest.mark.slow
+    for item in items:
+        if item.path.name in END_TO_END:
+            item.add_marker(slow)
+    items.sort(key=lambda item: rank.get(item.path.name, len(order)))
 
 
 @pytest.fixture(scope="session")

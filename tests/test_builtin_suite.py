@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from kernelwatch.harness.correctness import check_case
@@ -148,3 +151,19 @@ def test_gemm_model_counts():
     case = {"m": 2048, "n": 6144, "k": 4096, "b_layout": "nk"}
     assert gemm.flops(case) == 2 * 2048 * 6144 * 4096
     assert gemm.min_bytes(case, 2) == 2 * (2048 * 4096 + 4096 * 6144 + 2048 * 6144)
+
+
+def test_inputs_on_the_meta_device_keep_their_shape_and_load_no_dynamo():
+    """The build records each launch on the meta device: there torch.randn runs a Python
+    reference that imports Dynamo, 1.6 s of every build worker's CPU (docs/TESTING.md)."""
+    probe = (
+        "import sys, torch\n"
+        "from kernelwatch.kernels.inputs import randn\n"
+        "gen = torch.Generator().manual_seed(0)\n"
+        "t = randn((3, 8), torch.float16, torch.device('meta'), gen, row_pad=4)\n"
+        "print(tuple(t.shape), t.stride(), t.dtype, t.device.type,\n"
+        "      'torch._dynamo' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["(3,", "8)", "(12,", "1)", "torch.float16", "meta", "False"]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -109,6 +112,27 @@ def test_a_scratch_element_never_written_is_caught_whatever_the_allocator_hands_
     assert "1 of 70 elements of 'y' are NaN/Inf" in result.reason
     # The check leaves the process's own setting as it found it.
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_a_check_loads_neither_inductor_nor_dynamo(planted_suite_path):
+    """Each check runs in a fresh child: importing Inductor and Dynamo to set deterministic
+    mode cost every one of them 2.3 s of CPU (docs/TESTING.md). A fresh process checks the
+    good kernel and lists what it loaded."""
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        from kernelwatch.harness.device import select_device
+        from kernelwatch.harness.correctness import check_case
+        from kernelwatch.harness.suite import SuiteRef, load_suite
+        device = select_device()
+        spec = load_suite(SuiteRef({str(planted_suite_path)!r})).kernel("good")
+        result = check_case(spec, "planted", "smoke", {{"n": 70}}, "fp32", device)
+        print(result.verdict, sorted({{"torch._inductor", "torch._dynamo"}} & set(sys.modules)))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["pass", "[]"]
 
 
 def test_mismatched_output_names_are_an_error(planted, device):

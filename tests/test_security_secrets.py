@@ -78,6 +78,26 @@ def test_an_unparsable_database_url_is_one_line_without_its_password(kernelwatch
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("url", "retried"),
+    [
+        ("postgres://writer:{secret}%PW@127.0.0.1:1/x", False),  # the configuration's mistake
+        ("postgresql://writer:{secret}@127.0.0.1:{port}/kw", True),  # a server that is down
+    ],
+)
+def test_the_flows_retry_a_store_that_is_down_but_not_a_url_that_does_not_parse(url, retried):
+    """The nightly with the unparsable URL above spent 40 s in two retries 20 s apart before
+    its one line: no retry cures a URL (docs/TESTING.md)."""
+    from prefect.states import Failed
+
+    from kernelwatch.flows.tasks import infrastructure_only
+
+    with pytest.raises(StoreUnavailable) as caught:
+        connect(url.format(secret=SECRET, port=_closed_port()))
+    assert infrastructure_only(None, None, Failed(data=caught.value)) is retried
+    assert infrastructure_only(None, None, Failed(data=ValueError("a kernel's"))) is False
+
+
 def test_redact_takes_user_info_queries_and_webhook_paths():
     assert redact_url(f"https://u:{SECRET}@h.example:8443/a/b?x={SECRET}") == (
         "https://***@h.example:8443/a/b?***"
