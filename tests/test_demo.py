@@ -2,14 +2,15 @@
 it (build stage, correctness check, timing in the CPU interpreter).
 
 The tool checks run on a three-night history (culprit in night 1); the shape checks on the
-default fourteen nights the main job uses.
+default fourteen nights the main job uses. That the culprit is much slower in the
+interpreter's CPU time is test_flows.py's confirmed SLOWER verdict on the same demo history
+(and the quick demo's alert, below).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import statistics
 import tomllib
 from datetime import timedelta
 from pathlib import Path
@@ -199,41 +200,6 @@ def test_culprit_passes_the_correctness_check(kernelwatch_cli, demo, trees):
     }
     assert verdicts[("rms_norm", "fp32")] == verdicts[("rms_norm", "fp16")] == "pass"
     assert set(verdicts.values()) <= {"pass", "unsupported"}
-
-
-def test_culprit_is_much_slower_in_the_interpreter(kernelwatch_cli, demo, trees):
-    """Parent and culprit alternate three times (drift and neighbours hit both alike); the
-    median of each side's medians must differ by 1.5x (about 3x is typical), in the child's
-    CPU time, as the demo times it on the CPU."""
-
-    def median_ns(tree: Path) -> float:
-        proc = kernelwatch_cli(
-            "bench",
-            "--suite",
-            demo.suite,
-            "--repo",
-            str(tree),
-            "-k",
-            demo.culprit_kernel,
-            "--dtype",
-            "fp32",
-            "--no-baseline",
-            "--budget",
-            "0.2",
-            "--timer",
-            "cpu-process-time",
-            "--json",
-        )
-        assert proc.returncode == 0, proc.stderr
-        (record,) = map(json.loads, proc.stdout.splitlines())
-        return record["summary"]["median_ns"]
-
-    times = {"parent": [], "culprit": []}
-    for _ in range(3):
-        for side in times:
-            times[side].append(median_ns(trees[side]))
-    ratio = statistics.median(times["culprit"]) / statistics.median(times["parent"])
-    assert ratio >= 1.5, times
 
 
 @pytest.mark.parametrize(("gpu", "timer"), [(False, "cpu-process-time"), (True, "auto")])

@@ -294,9 +294,12 @@ def test_a_kernel_that_starts_failing_opens_a_correctness_regression_that_night(
 def test_bisect_by_hand_without_a_regression(demo, environment):
     made, config, _ = demo
     environment(config)
-    found = bisect(repository="demo", good=made.nights[0][1], bad=made.culprit)
+    # Two nights before the culprit: three commits, so the search probes a middle one too
+    # (each probe is an A/B of two processes; the nightly's own bisection is above).
+    good = made.nights[CULPRIT_NIGHT - 2][1]
+    found = bisect(repository="demo", good=good, bad=made.culprit)
     assert found.status == "found" and found.culprit == made.culprit
-    assert found.regression_id is None
+    assert found.regression_id is None and found.probes >= 2, found
 
 
 def test_pr_check_says_0_for_an_unchanged_head(demo, environment, tmp_path):
