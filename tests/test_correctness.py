@@ -12,7 +12,14 @@ import pytest
 import torch
 from planted.broken_suite import launch_scale
 
-from kernelwatch.harness.correctness import SENTINEL, case_seed, check_case, compare, poisons
+from kernelwatch.harness.correctness import (
+    SENTINEL,
+    Comparison,
+    case_seed,
+    check_case,
+    compare,
+    poisons,
+)
 from kernelwatch.harness.records import CaseId, LaunchConfig
 from kernelwatch.harness.spec import KernelSpec, Suite
 from kernelwatch.harness.suite import SuiteRef, load_suite
@@ -471,3 +478,19 @@ def test_an_input_constant_by_design_is_declared_and_checked(planted, device):
     undeclared = dataclasses.replace(declared, constant_inputs=frozenset())
     refused = check_case(undeclared, "planted", "smoke", {"n": 8}, "fp32", device)
     assert refused.verdict == "error" and "constant_inputs" in refused.reason
+    # The exemption is the declared input's alone: a constant input after it is refused.
+    after = dataclasses.replace(
+        declared,
+        make_inputs=lambda p, dtype, dev, gen: {
+            "table": torch.full((2,), 0.7651, dtype=dtype),
+            "x": torch.ones(p["n"], dtype=dtype),
+        },
+    )
+    refused = check_case(after, "planted", "smoke", {"n": 8}, "fp32", device)
+    assert refused.verdict == "error" and "constant tensor 'x'" in refused.reason
+
+
+def test_a_comparison_is_a_record_nothing_changes_after_the_fact():
+    compared = Comparison(None, None, nonfinite=0, unwritten=0, differing=0, failures=())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        compared.unwritten = 3
