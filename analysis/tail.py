@@ -23,7 +23,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from kernelwatch.analysis.confirm import rank_test, trim_slow_tail
+from kernelwatch.analysis.confirm import rank_test, sorted_median, trim_slow_tail
 
 #: A tail of this many points or more may hold one slow outlier when it is judged faster.
 _OUTLIER_ALLOWED_FROM = 3
@@ -108,9 +108,9 @@ def tail_shift(
         if len(before) < rule.min_reference:
             continue
         reference = trim_slow_tail(x[before])
-        level = float(np.median(reference))
+        level = sorted_median(np.sort(reference))
         tail = np.sort(x[k:])
-        shift = float(np.median(tail)) - level
+        shift = sorted_median(tail) - level
         if abs(shift) < rule.min_shift:
             continue
         distances = (tail - level) if shift > 0 else (level - tail[::-1])
@@ -137,7 +137,7 @@ def tail_shift(
         # sqrt(points) peaks where the step is (a longer tail dilutes the mean with unmoved
         # points, a shorter one has fewer points), where the median would hold on to an
         # earlier start for up to twice the step's age.
-        found.append((abs(float(np.mean(x[k:])) - level) * math.sqrt(m), shifted))
+        found.append((abs(float(x[k:].sum()) / m - level) * math.sqrt(m), shifted))
     return max(found, key=lambda f: f[0])[1] if found else None
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from kernelwatch.harness.distributed.bandwidth import COLLECTIVES
 from kernelwatch.harness.records import LaunchConfig, default_family
 
 __all__ = [
@@ -168,10 +169,6 @@ class KernelSpec:
             raise KeyError(
                 f"kernel {self.name!r} has no workload {workload!r} (has: {valid})"
             ) from None
-
-
-#: The collectives whose bus bandwidth nccl-tests defines (``harness/distributed/bandwidth.py``).
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
 
 
 @dataclass(frozen=True)

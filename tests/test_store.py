@@ -321,6 +321,18 @@ with psycopg.connect(sys.argv[1]) as conn:
 """
 
 
+def test_a_process_that_writes_the_store_loads_no_torch():
+    """The store's writers (and the fleet generator the workers below use) are pure Python:
+    torch is 3 s of CPU per process, for the children that run kernels. The bandwidth
+    arithmetic once imported it through spec.py's list of collectives."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, kernelwatch.store.ingest, synthetic_fleet; "
+         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'triton'}))"],
+        cwd=ROOT / "tests", capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert loaded.stdout.strip() == "[]"
+
+
 def test_concurrent_ingest_from_8_processes(store_url):
     # Worker i ingests the fleet of seed i % 4: every run is submitted by two processes at
     # once, and all of them create the same series concurrently. The workers run in tests/ so

@@ -15,7 +15,6 @@ import re
 from collections.abc import Callable
 
 from kernelwatch.harness.records import Bandwidth
-from kernelwatch.harness.spec import COLLECTIVES
 
 #: nccl-tests' bus-bandwidth factor of each collective, for ``n`` ranks.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -26,7 +25,10 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
 }
-assert tuple(BUS_FACTORS) == COLLECTIVES
+#: The collectives a distributed spec may name: those whose bus bandwidth nccl-tests
+#: defines. Declared here, not in ``spec.py``, so that the arithmetic loads no torch (the
+#: store's writers and the fleet generator use it).
+COLLECTIVES = tuple(BUS_FACTORS)
 
 #: Unidirectional per-GPU bandwidth (GB/s) of an interconnect, by GPU model: NVLink 4 on
 #: H100/H200 (900 GB/s both ways), NVLink 5 on B200 (1.8 TB/s), PCIe 5.0 x16.
