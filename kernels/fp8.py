@@ -249,6 +249,8 @@ def _blocky(
     real activations and weights do: a scale read from the wrong block is then wrong by up to
     256x, never by a rounding."""
     values = randn(shape, torch.float32, device, gen)
+    if values.device.type == "meta":
+        return values  # no values to scale; arithmetic there imports Dynamo (inputs.randn)
     groups = (triton.cdiv(shape[0], block[0]), triton.cdiv(shape[1], block[1]))
     magnitude = torch.randint(-4, 5, groups, generator=gen, device=device).float().exp2()
     return values * _expand(magnitude, *block, values.shape)
@@ -263,6 +265,9 @@ def _scaled(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Values stored in ``dtype`` and their fp32 block scales, as a quantiser leaves them."""
     values = _blocky(shape, block, device, gen)
+    if values.device.type == "meta":
+        groups = (triton.cdiv(shape[0], block[0]), triton.cdiv(shape[1], block[1]))
+        return values.to(dtype), torch.empty(groups, dtype=torch.float32, device=values.device)
     scales = _group_amax(values, *block).clamp(min=AMAX_EPS) / FP8_MAX
     return (values / _expand(scales, *block, values.shape)).to(dtype), scales
 

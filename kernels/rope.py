@@ -177,6 +177,11 @@ def _launch(
 def _cos_sin_cache(
     max_positions: int, head_dim: int, base: float, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if torch.device(device).type == "meta":
+        # No angles to compute there, and the arithmetic imports Dynamo (inputs.randn).
+        shape = (max_positions, len(range(0, head_dim, 2)))
+        empty = torch.empty(shape, dtype=torch.float32, device=device)
+        return empty, torch.empty_like(empty)
     # Angles in float64: pos * inv_freq reaches 1.3e5 rad, where an fp32 ulp is 0.016 rad.
     exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim
     inv_freq = base**-exponents

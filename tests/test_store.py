@@ -269,11 +269,11 @@ def test_spool_and_replay_after_server_stopped_mid_run(tmp_path):
         server.ensure_running()
         migrate.upgrade(server.url())
         config = StoreConfig(url=server.url(), spool_dir=tmp_path / "spool", pg_dir=server.root)
-        fleet = Fleet(models=3, series=400, days=4, samples=30, pr_runs_per_day=0)
+        fleet = Fleet(models=3, series=100, days=6, samples=30, pr_runs_per_day=0)
         runs = list(fleet_runs(fleet, NOW))
 
         def stop_after_some_runs() -> None:
-            while count(server.url(), "SELECT count(*) FROM runs") < 3:
+            while count(server.url(), "SELECT count(*) FROM runs") < 2:
                 time.sleep(0.01)
             server.stop()
 
@@ -296,10 +296,10 @@ def test_spool_and_replay_after_server_stopped_mid_run(tmp_path):
         url = server.url()
         assert count(url, "SELECT count(DISTINCT run_id) FROM runs") == len(runs)
         assert count(url, "SELECT count(*) FROM runs") == len(runs)
-        assert count(url, "SELECT count(*) FROM measurements") == len(runs) * 400
-        assert count(url, "SELECT count(*) FROM samples") == len(runs) * 400
+        assert count(url, "SELECT count(*) FROM measurements") == len(runs) * 100
+        assert count(url, "SELECT count(*) FROM samples") == len(runs) * 100
         assert count(url, "SELECT sum(cardinality(samples_ns)) FROM raw_samples") == (
-            len(runs) * 400 * 30
+            len(runs) * 100 * 30
         )
     finally:
         server.stop(mode="immediate")
