@@ -51,11 +51,16 @@ from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef, at_revision, is_f
 from kernelwatch.harness.worktree import RevisionError, checkout, top
 
 _ARCHS = ",".join(DEFAULT_ARCHS)
-_WORKERS = default_workers()
 ArchOption = Annotated[
     str, typer.Option("--arch", help="Comma-separated targets: sm_90a, sm_100a, sm_80.")
 ]
-WorkersOption = Annotated[int, typer.Option(help="Parallel build processes.")]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Parallel build processes (default: $KERNELWATCH_BUILD_WORKERS, else one per core, "
+        "up to 8)."
+    ),
+]
 NoCacheOption = Annotated[
     bool, typer.Option("--no-cache", help="Compile everything; neither read nor fill the cache.")
 ]
@@ -72,7 +77,7 @@ def build(
     suite: SuiteOption = None,
     repo: RepoOption = None,
     src: SrcOption = None,
-    workers: WorkersOption = _WORKERS,
+    workers: WorkersOption = None,
     no_cache: NoCacheOption = False,
     json_lines: JsonOption = False,
 ) -> None:
@@ -116,7 +121,7 @@ def build_diff(
             show_default=False,
         ),
     ] = None,
-    workers: WorkersOption = _WORKERS,
+    workers: WorkersOption = None,
     no_cache: NoCacheOption = False,
     json_lines: JsonOption = False,
     metrics: Annotated[
@@ -170,11 +175,13 @@ def _request(
     kernel: list[str] | None,
     dtype: list[str] | None,
     workload: str,
-    workers: int,
+    workers: int | None,
     no_cache: bool,
 ) -> BuildRequest:
     try:
         archs = parse_archs(arch)
+        if workers is None:
+            workers = default_workers()
     except ValueError as exc:
         fail(str(exc), code=2)
     if workers < 1:

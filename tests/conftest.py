@@ -55,6 +55,11 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 if WORKER is None or not os.environ.get("KERNELWATCH_BUILD_CACHE"):
     os.environ["KERNELWATCH_BUILD_CACHE"] = _scratch("kw-build-cache-")
 
+# One build child per stage where a test names no number: the two test workers already keep
+# both cores busy, so a second child only adds its torch import (3 s of CPU) to every build
+# stage. The tests of parallel builds name their workers.
+os.environ.setdefault("KERNELWATCH_BUILD_WORKERS", "1")
+
 
 #: The end-to-end files: each runs the product as a user does (the CLI, runner children in
 #: their sandbox, Prefect flows, wheels), which costs a child's torch import and more per

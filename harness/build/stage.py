@@ -36,9 +36,23 @@ class BuildFailed(RuntimeError):
     """Nothing could be built: the suite does not import, or the build child cannot start."""
 
 
+#: The build children of a stage whose caller names no number: a host that runs several
+#: stages or other jobs at once (a CI runner beside its test workers, a shared Prefect
+#: worker) sets fewer, since each child costs a torch import (3 s of CPU) before it compiles.
+WORKERS_ENV = "KERNELWATCH_BUILD_WORKERS"
+
+
 def default_workers() -> int:
-    """One build child per core, up to 8 (each holds torch and Triton in memory)."""
-    return max(1, min(8, os.cpu_count() or 1))
+    """``$KERNELWATCH_BUILD_WORKERS``, else one build child per core, up to 8 (each holds torch
+    and Triton in memory). ValueError (one line) when the variable is not a count."""
+    value = os.environ.get(WORKERS_ENV, "").strip()
+    if not value:
+        return max(1, min(8, os.cpu_count() or 1))
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(
+            f"{WORKERS_ENV} must be a whole number of build children (at least 1), not {value!r}"
+        )
+    return int(value)
 
 
 @dataclass(frozen=True)
