@@ -63,8 +63,9 @@ os.environ.setdefault("KERNELWATCH_BUILD_WORKERS", "1")
 
 #: The end-to-end files: each runs the product as a user does (the CLI, runner children in
 #: their sandbox, Prefect flows, wheels), which costs a child's torch import and more per
-#: step. They carry the ``slow`` marker, so the inner loop's fast tier, ``./kw test -m "not
-#: slow"`` (README), runs every other file: the unit, store and dashboard tests.
+#: step. They carry the ``slow`` marker, as does any test elsewhere that runs the console
+#: script (the ``kernelwatch_cli`` fixture), so the inner loop's fast tier, ``./kw test -m
+#: "not slow"`` (README), runs the rest: the unit, store and dashboard tests.
 #: Longest first (measured in docs/TESTING.md): ./kw test hands whole files to two workers in
 #: collection order (``--dist loadfile --no-loadscope-reorder``), so started first they run
 #: beside the many short files instead of alone at the end.
@@ -105,7 +106,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(order)}
     slow = pytest.mark.slow
     for item in items:
-        if item.path.name in END_TO_END:
+        # A test that runs the real console script is end to end wherever it lives.
+        if item.path.name in END_TO_END or "kernelwatch_cli" in getattr(item, "fixturenames", ()):
             item.add_marker(slow)
     items.sort(key=lambda item: rank.get(item.path.name, len(order)))
 

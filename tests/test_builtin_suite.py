@@ -153,32 +153,23 @@ def test_gemm_model_counts():
     assert gemm.min_bytes(case, 2) == 2 * (2048 * 4096 + 4096 * 6144 + 2048 * 6144)
 
 
-def test_inputs_on_the_meta_device_keep_their_shape_and_load_no_dynamo():
-    """The build records each launch on the meta device: there torch.randn runs a Python
-    reference that imports Dynamo, 1.6 s of every build worker's CPU (docs/TESTING.md)."""
-    probe = (
-        "import sys, torch\n"
-        "from kernelwatch.kernels.inputs import randn\n"
-        "gen = torch.Generator().manual_seed(0)\n"
-        "t = randn((3, 8), torch.float16, torch.device('meta'), gen, row_pad=4)\n"
-        "print(tuple(t.shape), t.stride(), t.dtype, t.device.type,\n"
-        "      'torch._dynamo' in sys.modules)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["(3,", "8)", "(12,", "1)", "torch.float16", "meta", "False"]
-
-
-#: Every built-in spec's inputs, each workload's cases in each of its dtypes, on the meta
-#: device; the smoke cases also on the CPU, whose tensors' shapes, strides and dtypes the meta
-#: ones must have. Prints the mismatches, then whether Dynamo was loaded.
+#: A padded row of the suite's ``randn`` and every built-in spec's inputs (each workload's
+#: cases in each of its dtypes) on the meta device; the smoke cases also on the CPU, whose
+#: tensors' shapes, strides and dtypes the meta ones must have. Prints the mismatches, then
+#: whether Dynamo was loaded.
 _META_INPUTS = """
 import sys, torch
 from kernelwatch.harness.spec import DTYPES, KernelSpec
 from kernelwatch.kernels import SUITE
+from kernelwatch.kernels.inputs import randn
 def layout(inputs):
     return {k: (tuple(v.shape), v.stride(), v.dtype) for k, v in inputs.items()
             if isinstance(v, torch.Tensor)}
+for device in ("meta", "cpu"):
+    t = randn((3, 8), torch.float16, torch.device(device), torch.Generator(), row_pad=4)
+    if (tuple(t.shape), t.stride(), t.dtype, t.device.type) != ((3, 8), (12, 1), torch.float16,
+                                                                device):
+        print("mismatch randn", device, tuple(t.shape), t.stride(), t.dtype)
 for spec in [s for s in SUITE.kernels if isinstance(s, KernelSpec)]:
     for workload, cases in spec.workloads.items():
         for params in cases:
@@ -192,9 +183,11 @@ print("torch._dynamo" in sys.modules)
 """
 
 
-def test_every_builtin_specs_inputs_on_the_meta_device_are_the_cpus_and_load_no_dynamo():
-    """fp8's block scales and rope's cos/sin cache were computed on the meta device too (each
-    op a Python reference there): planning the serving kernels' builds took 8.2 s of CPU."""
+def test_inputs_on_the_meta_device_have_the_cpus_layout_and_load_no_dynamo():
+    """The build records each launch on the meta device, where torch.randn and any arithmetic
+    run a Python reference that imports Dynamo: 1.6 s of every build worker's CPU
+    (docs/TESTING.md). fp8's block scales and rope's cos/sin cache were computed there too:
+    planning the serving kernels' builds took 8.2 s of CPU."""
     proc = subprocess.run([sys.executable, "-c", _META_INPUTS], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["False"], proc.stdout[-2000:]

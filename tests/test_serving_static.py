@@ -87,6 +87,7 @@ _SUITE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # the build stage end to end: its children, in their sandbox
 def test_fp8_gemm_compiles_to_fp8_tensor_cores_and_widening_is_flagged(tmp_path):
     (tmp_path / "widened.py").write_text(mutant_source(_WIDENED))
     (tmp_path / "suite.py").write_text(_SUITE)
