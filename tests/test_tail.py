@@ -213,3 +213,67 @@ def test_with_dips_a_few_far_points_do_not_carry_a_long_unmoved_tail():
     x = _series(*[0.0] * 10, 0.25, 0.0, 0.0, 0.0, 0.0, 0.25, 0.75, 0.75)
     found = tail_shift(x, DIPS, SIGMA)
     assert found is not None and found.start == 16
+
+
+#: A dips rule: 4 sigmas, tails of 2..20 points against up to 30 before them.
+_DIPS = TailRule(
+    z=4.0, min_shift=0.01, min_points=2, max_points=20, min_reference=5, reference=30, dips=True
+)
+
+
+def test_a_tail_with_dips_is_judged_on_the_binomial_tail_of_its_best_point():
+    """``_with_dips`` against scipy's binomial: for each ``j`` up to a quarter of the tail,
+    the chance that at least ``m - j`` of ``m`` noise points lie ``z[j]`` sigmas out; the
+    smallest that clears the cut of ``min_points`` points all ``z`` sigmas out wins."""
+    from scipy.stats import binom
+
+    from kernelwatch.analysis.tail import _with_dips
+
+    def expected(z: np.ndarray, rule: TailRule) -> tuple[float, float] | None:
+        m, cut = z.size, NormalDist().cdf(-rule.z) ** rule.min_points
+        options = [
+            (float(z[j]), float(binom.sf(m - j - 1, m, NormalDist().cdf(-float(z[j])))))
+            for j in range(min(m - rule.min_points, m // 4) + 1)
+            if z[j] > 0
+        ]
+        passing = [o for o in options if o[1] <= cut]
+        return min(passing, key=lambda o: o[1]) if passing else None
+
+    for z in (
+        [1.0, 3.5, 3.6, 3.8, 4.0, 4.2, 5.0, 6.0],  # the second-nearest point decides
+        [2.5, 2.9, 3.0, 3.1, 3.2, 3.3, 3.4, 3.5, 3.6, 3.7, 3.8, 3.9],  # a longer tail's reach
+        [4.5, 4.6],  # every point out: j = 0
+        [-1.0, 5.0, 5.0, 5.0, 5.0],  # a point on the wrong side is never the judged one
+        [0.5, 1.0, 1.5, 2.0],  # nothing clears the cut
+    ):
+        values = np.array(z)
+        got, want = _with_dips(values, _DIPS), expected(values, _DIPS)
+        if want is None:
+            assert got is None, (z, got)
+        else:
+            assert got is not None and got[0] == want[0], (z, got, want)
+            assert math.isclose(got[1], want[1], rel_tol=1e-9), (z, got, want)
+
+
+def _stepped(level: float, tail: list[float]) -> np.ndarray:
+    """Twenty points at ``level`` (+-0.1 % jitter), then ``tail`` above it."""
+    jitter = np.tile([0.001, -0.001], 10)
+    return np.concatenate([level + jitter, level + np.array(tail)])
+
+
+@pytest.mark.parametrize("level", [0.0, 1.0])
+def test_a_dipped_tail_starts_where_its_first_point_moved_half_the_step(level):
+    """A tail's first point must lie at least half the step beyond the old level (a point
+    0.495 of the way is not its start, though a longer tail would score higher with it); a
+    dip inside a tail is allowed, and of the tails that pass the one whose mean shift times
+    sqrt(points) is largest is the change."""
+    step = 0.3
+    half_moved = _stepped(level, [0.495 * step] + [step] * 15)
+    found = tail_shift(half_moved, _DIPS, sigma=0.001)
+    assert found is not None and found.start == 21, found
+    moved = _stepped(level, [0.6 * step] + [step] * 15)
+    assert tail_shift(moved, _DIPS, sigma=0.001).start == 20
+    # A dip right after a partly moved point: the longest passing tail (from 20) is not the
+    # best split; the clean one from 22 is.
+    dipped = _stepped(level, [0.6 * step, 0.2 * step] + [step] * 14)
+    assert tail_shift(dipped, _DIPS, sigma=0.001).start == 22
