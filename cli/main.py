@@ -1,11 +1,12 @@
 """The ``kernelwatch`` entry point: the Typer app with every command module registered.
 
 Importing a command module registers its commands on ``app`` (``cli/app.py``); the groups
-``dashboards``, ``db``, ``regressions`` and ``runner`` are sub-apps. ``kernelwatch --help``
-lists the commands in the order they are registered (the imports below, which the linter keeps
-alphabetical), then the groups. No command module imports the store's, Prefect's or
-Grafana's packages when it is loaded: a GPU host without them still runs ``check``,
-``bench`` and ``selfcheck``, and a command that needs one says so in one line.
+``dashboards``, ``db``, ``regressions``, ``runner`` and ``serving`` are sub-apps.
+``kernelwatch --help`` lists the commands in the order they are registered (the imports below,
+which the linter keeps alphabetical), then the groups. No command module imports the
+store's, Prefect's or Grafana's packages when it is loaded: a GPU host without them still
+runs ``check``, ``bench`` and ``selfcheck``, and a command that needs one says so in one
+line.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kernelwatch.cli import (  # noqa: F401
     report,
     runner,
     selfcheck,
+    serving,
 )
 from kernelwatch.cli.app import app
 from kernelwatch.cli.console import stderr
@@ -48,6 +50,7 @@ OPTIONAL_PACKAGES = {
 app.add_typer(db.db_app, name="db")
 app.add_typer(regressions.regressions_app, name="regressions")
 app.add_typer(runner.runner_app, name="runner")
+app.add_typer(serving.serving_app, name="serving")
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ SERVER_SIDE = (
     "grafana_foundation_sdk",
     "grafana_client",
 )
-HOST_SIDE = ("harness", "kernels", "analysis", "config")
+HOST_SIDE = ("harness", "kernels", "analysis", "config", "serving")
 
 
 def _allowed() -> dict[str, set[str]]:
