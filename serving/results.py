@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 
 from kernelwatch.harness.records import JsonRecord
@@ -78,6 +79,16 @@ class Deployment:
             + (f" {self.load}" if self.load else "")
             + (f" {self.dataset}" if self.dataset else "")
         )
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One ok run's value of a metric, in a deployment's history."""
+
+    run_pk: int
+    started_at: datetime
+    kernel_commit: str
+    value: float
 
 
 @dataclass(frozen=True)

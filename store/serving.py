@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
-from kernelwatch.serving.results import Deployment, ServingRun
+from kernelwatch.serving.results import Deployment, HistoryPoint, ServingRun
 
 _DEPLOYMENT_COLUMNS = ("name", "model", "engine", "gpu", "gpu_count", "tp", "ep", "load",
                        "dataset")  # fmt: skip
@@ -46,16 +45,6 @@ class Stored:
     key: str
     run_pk: int
     stored: bool
-
-
-@dataclass(frozen=True)
-class Point:
-    """One ok run's value of a metric, in a deployment's history."""
-
-    run_pk: int
-    started_at: datetime
-    kernel_commit: str
-    value: float
 
 
 def ingest(conn: psycopg.Connection, run: ServingRun) -> Stored:
@@ -107,7 +96,7 @@ def deployments(conn: psycopg.Connection) -> list[tuple[int, Deployment]]:
     return [(row[0], Deployment(*row[1:])) for row in rows]
 
 
-def history(conn: psycopg.Connection, deployment_id: int, metric: str) -> list[Point]:
+def history(conn: psycopg.Connection, deployment_id: int, metric: str) -> list[HistoryPoint]:
     """The deployment's ok runs that recorded ``metric``, in time order (ties by id)."""
     rows = conn.execute(
         """SELECT r.id, r.started_at, r.kernel_commit, m.value
@@ -116,7 +105,7 @@ def history(conn: psycopg.Connection, deployment_id: int, metric: str) -> list[P
         ORDER BY r.started_at, r.id""",
         (metric, deployment_id),
     ).fetchall()
-    return [Point(*row) for row in rows]
+    return [HistoryPoint(*row) for row in rows]
 
 
 def samples(conn: psycopg.Connection, run_pk: int, latency: str) -> np.ndarray | None:

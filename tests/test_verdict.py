@@ -223,3 +223,37 @@ def test_drift_shared_by_both_sides_stays_paired():
     v = compare(a, b)
     assert v.verdict == "SAME"
     assert v.ci_high - v.ci_low < 0.015
+
+
+def test_a_tail_shift_the_median_misses_is_slower_at_p99():
+    # The same body, the slowest 5% of B twice as slow: the median cannot see it, the p99
+    # is the ratio of the two sides' 99th percentiles (interpolated in log time, as the
+    # verdict works in log time).
+    a, b = _samples(1, 2000, 100.0), _samples(2, 2000, 100.0)
+    b[np.argsort(b)[-100:]] *= 2.0
+    assert compare(a, b).verdict == "SAME"
+    tail = compare(a, b, quantile=0.99)
+    assert tail.verdict == "SLOWER"
+    log_ratio = np.quantile(np.log(b), 0.99) - np.quantile(np.log(a), 0.99)
+    assert tail.ratio == pytest.approx(np.exp(log_ratio), rel=1e-12)
+    assert tail.p_value < DEFAULT.alpha
+
+
+def test_the_median_is_the_default_quantile_to_the_bit():
+    a, b = _samples(1, 300, 100.0), _samples(2, 300, 103.0)
+    assert compare(a, b, quantile=0.5) == compare(a, b)
+
+
+@pytest.mark.parametrize("quantile", [0.0, 1.0, -0.5, 99.0])
+def test_a_quantile_outside_the_open_interval_is_refused(quantile):
+    with pytest.raises(ValueError, match="quantile must be in"):
+        compare(_samples(1, 20, 100.0), _samples(2, 20, 100.0), quantile=quantile)
+
+
+def test_the_bootstrap_in_blocks_is_the_bootstrap_whole(monkeypatch):
+    # Blocks bound a big serving run's memory; they must not move any kernel verdict.
+    cases = [(_samples(1, 300, 100.0), _samples(2, 300, 102.0)),
+             (_samples(3, 200, 100.0), _samples(4, 350, 102.0))]  # fmt: skip
+    whole = [compare(a, b) for a, b in cases]
+    monkeypatch.setattr("kernelwatch.analysis.verdict._BLOCK_CELLS", 1000)
+    assert [compare(a, b) for a, b in cases] == whole
