@@ -6,7 +6,7 @@ import getpass
 import json
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -67,12 +67,12 @@ def list_command(
     for row in rows:
         table.add_row(
             str(row["regression_id"]),
-            row["repository"],
+            row["repository"] or "",
             row["title"],
             row["state"],
             row["cause"],
             f"{_short(row['good_sha'])}..{_short(row['bad_sha'])}",
-            str(row["change_points"]),
+            str(row["change_points"]) if row["kind"] != "serving" else "serving",
             row["assignee"] or "",
         )
     _out().print(table)
@@ -138,13 +138,32 @@ def show(regression_id: int, json_out: JsonOption = False) -> None:
             f"{100 * cp['rel_change']:+.1f}%",
             _short(cp["commit_sha"]),
         )
-    out.print(table)
+    if detail["change_point_list"]:
+        out.print(table)
+    if detail["serving_change_list"]:
+        out.print(_serving_table(detail["serving_change_list"]))
     for event in detail["events"]:
         out.print(
             f"{event['at']:%Y-%m-%d %H:%M} {event['actor']}: {event['state']} {event['note']}",
             markup=False,
             highlight=False,
         )
+
+
+def _serving_table(rows: list[dict[str, Any]]) -> TextTable:
+    table = TextTable(title="serving metrics that moved")
+    for column in ("deployment", "metric", "change", "run", "kernel", "was"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(
+            row["deployment"],
+            row["metric"] + (" (provisional)" if row["provisional"] else ""),
+            f"{100 * row['rel_change']:+.1f}%",
+            f"{row['started_at']:%Y-%m-%d %H:%M}",
+            _short(row["kernel_commit"]),
+            _short(row["previous_kernel_commit"]),
+        )
+    return table
 
 
 @regressions_app.command()
@@ -186,7 +205,7 @@ def _announce_resolved(
 
     with open_store() as conn:
         row = show_regression(conn, regression_id)
-    notice = ResolvedNotice(regression_id, row["repository"], row["title"], state, by)
+    notice = ResolvedNotice(regression_id, row["repository"] or "", row["title"], state, by)
     for problem in send_resolved(notice, notifications):
         stderr.print(f"warning: {problem}", markup=False, highlight=False)
 

@@ -10,15 +10,20 @@ from typing import Annotated
 import typer
 
 from kernelwatch.cli.arguments import JsonOption
+from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
-from kernelwatch.cli.console import stderr
+from kernelwatch.cli.console import fail, stderr
 from kernelwatch.serving.formats import Given, ServingFileError, read_file
+from kernelwatch.serving.judge import ServingChange
 from kernelwatch.serving.results import ServingRun
 
 serving_app = typer.Typer(
-    no_args_is_help=True, help="Serving results: ingest vLLM's and SGLang's benchmark files."
+    no_args_is_help=True,
+    help="Serving results: ingest vLLM's and SGLang's benchmark files, judge them.",
 )
 
+#: Who opens a serving regression, in its triage history.
+ACTOR = "kernelwatch"
 _FROM_FILE = " (default: the file's --metadata; a value given both ways must agree)"
 
 
@@ -81,3 +86,93 @@ def _store(read: list[tuple[Path, list[ServingRun]]], json_out: bool) -> None:
                     what = "stored" if stored.stored else "already stored"
                     typer.echo(f"{path}: {what}: {run.status} run of "
                                f"{run.deployment.label()} at {run.kernel_commit}")  # fmt: skip
+
+
+@serving_app.command(name="detect")
+def detect_command(
+    deployment: Annotated[
+        str | None, typer.Option(help="Judge this deployment only (default: every one)")
+    ] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Judge each deployment's history of the judged metrics (TTFT, TPOT and ITL median and
+    p99, output throughput) with kernelwatch.toml's [detection]: store the change points and
+    open a serving regression per run that made any of them worse, with the kernel commits
+    served before and after. Judging again opens nothing twice."""
+    from kernelwatch.serving.judge import changes, findings
+    from kernelwatch.serving.results import JUDGED
+    from kernelwatch.store import serving as store
+
+    config = configuration().thresholds.detection
+    with open_store() as conn:
+        chosen = [(i, d) for i, d in store.deployments(conn) if deployment in (None, d.name)]
+        if deployment is not None and not chosen:
+            fail(f"no deployment named {deployment!r} is stored; see docs/SERVING.md", code=2)
+        for deployment_id, d in chosen:
+            found = [
+                c for metric in JUDGED for c in changes(store.history(conn, deployment_id, metric),
+                                                        metric, config)
+            ]  # fmt: skip
+            recorded = store.record(conn, deployment_id, found, findings(d.name, found), ACTOR)
+            if json_out:
+                typer.echo(json.dumps({
+                    "deployment": d.name, "new_changes": recorded.new_changes,
+                    "opened": list(recorded.opened), "grown": list(recorded.grown),
+                    "changes": [_change_json(c) for c in found],
+                }))  # fmt: skip
+                continue
+            for c in found:
+                typer.echo(f"{d.name}: {c.metric} {c.magnitude_pct:+.1f}% {c.direction}"
+                           f"{' (provisional)' if c.provisional else ''} at kernel "
+                           f"{c.run.kernel_commit} (was {c.previous.kernel_commit}), "
+                           f"{c.run.started_at.isoformat()}")  # fmt: skip
+            for regression_id in recorded.opened:
+                typer.echo(f"{d.name}: opened serving regression #{regression_id}; "
+                           f"kernelwatch regressions show {regression_id}")  # fmt: skip
+
+
+def _change_json(change: ServingChange) -> dict[str, object]:
+    return {
+        "metric": change.metric, "direction": change.direction,
+        "magnitude_pct": change.magnitude_pct, "p_value": change.p_value,
+        "provisional": change.provisional, "run_pk": change.run.run_pk,
+        "started_at": change.run.started_at.isoformat(),
+        "kernel_commit": change.run.kernel_commit,
+        "previous_kernel_commit": change.previous.kernel_commit,
+    }  # fmt: skip
+
+
+@serving_app.command(name="compare")
+def compare_command(
+    run_a: Annotated[int, typer.Argument(help="Run A's id (kernelwatch serving ingest --json)")],
+    run_b: Annotated[int, typer.Argument(help="Run B's id")],
+    json_out: JsonOption = False,
+) -> None:
+    """Run B against run A from their per-request samples: for each latency both stored,
+    p50 and p99 SAME, SLOWER, FASTER or AMBIGUOUS on a 3% margin (the kernel A/B's rank
+    test and bootstrap). Exit 2 when a run is unknown or the two share no samples."""
+    from kernelwatch.serving.judge import compare_runs
+    from kernelwatch.serving.results import LATENCIES
+    from kernelwatch.store import serving as store
+
+    with open_store() as conn:
+        sides = []
+        for pk in (run_a, run_b):
+            stored = {lat: store.samples(conn, pk, lat) for lat in LATENCIES}
+            sides.append({lat: values for lat, values in stored.items() if values is not None})
+    try:
+        verdicts = compare_runs(*sides)
+    except ValueError as exc:
+        fail(f"cannot compare runs {run_a} and {run_b}: {exc}", code=2)
+    for v in verdicts:
+        if json_out:
+            typer.echo(json.dumps({
+                "latency": v.latency, "statistic": v.statistic, "verdict": v.verdict.verdict,
+                "ratio": v.verdict.ratio, "ci_low": v.verdict.ci_low,
+                "ci_high": v.verdict.ci_high, "p_value": v.verdict.p_value,
+                "n_a": v.verdict.n_a, "n_b": v.verdict.n_b, "reason": v.verdict.reason,
+            }))  # fmt: skip
+        else:
+            typer.echo(f"{v.latency} {v.statistic}: {v.verdict.verdict} "
+                       f"x{v.verdict.ratio:.3f} [{v.verdict.ci_low:.3f}, {v.verdict.ci_high:.3f}]"
+                       f" (n {v.verdict.n_a}/{v.verdict.n_b}): {v.verdict.reason}")  # fmt: skip

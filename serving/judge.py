@@ -106,3 +106,39 @@ def _capped(values: np.ndarray) -> np.ndarray:
     if values.size <= MAX_AB_SAMPLES:
         return values
     return np.random.default_rng(0).choice(values, MAX_AB_SAMPLES, replace=False)
+
+
+@dataclass(frozen=True)
+class ServingFinding:
+    """The serving regression one run opens: the metrics that got worse at it (one run, one
+    deployment: a kernel or engine change moves several at once), the run before, and the
+    alert's title and magnitude (the worst change, signed as the metric moved)."""
+
+    run: HistoryPoint
+    previous: HistoryPoint
+    changes: tuple[ServingChange, ...]
+    title: str
+    magnitude: float
+    provisional: bool
+
+
+def findings(deployment: str, found: Sequence[ServingChange]) -> list[ServingFinding]:
+    """The regressions to open for ``found`` (a deployment's changes of every judged
+    metric): one per run that made any metric worse; improvements open none."""
+    by_run: dict[int, list[ServingChange]] = {}
+    for change in found:
+        if change.direction == "regression":
+            by_run.setdefault(change.run.run_pk, []).append(change)
+    result = []
+    for group in by_run.values():
+        group.sort(key=lambda c: -abs(c.magnitude_pct))
+        worst = group[0]
+        provisional = all(c.provisional for c in group)
+        moved = ", ".join(f"{c.metric} {c.magnitude_pct:+.1f}%" for c in group)
+        title = (
+            f"serving {deployment}: {moved} at kernel {worst.run.kernel_commit[:12]} "
+            f"(was {worst.previous.kernel_commit[:12]})" + (" (provisional)" if provisional else "")
+        )
+        result.append(ServingFinding(worst.run, worst.previous, tuple(group), title,
+                                     worst.magnitude_pct / 100.0, provisional))  # fmt: skip
+    return sorted(result, key=lambda f: (f.run.started_at, f.run.run_pk))

@@ -1,5 +1,6 @@
-"""Serving runs in the store: ingest (one transaction a run, idempotent by run key), and the
-per-deployment history and per-request samples the serving judge reads.
+"""Serving runs in the store: ingest (one transaction a run, idempotent by run key), the
+per-deployment history and per-request samples the serving judge reads, and what it found
+(change points, and the serving regressions they open).
 
 A run whose key is already stored is skipped, so a folder of result files can be ingested
 again whole. Its deployment row is found or made first (a new deployment's row commits with
@@ -16,7 +17,9 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
+from kernelwatch.serving.judge import ServingChange, ServingFinding
 from kernelwatch.serving.results import Deployment, HistoryPoint, ServingRun
+from kernelwatch.store.triage_state import OPEN_SQL
 
 _DEPLOYMENT_COLUMNS = ("name", "model", "engine", "gpu", "gpu_count", "tp", "ep", "load",
                        "dataset")  # fmt: skip
@@ -70,10 +73,7 @@ def ingest(conn: psycopg.Connection, run: ServingRun) -> Stored:
             [(run_pk, name, value) for name, value in sorted(run.metrics.items())],
         )
         if run.samples:
-            copy_sql = (
-                "COPY serving_samples (run_pk, latency, values_ms) FROM STDIN (FORMAT BINARY)"
-            )
-            with cur.copy(copy_sql) as copy:
+            with cur.copy(_COPY_SAMPLES) as copy:
                 copy.set_types(["int8", "text", "float4[]"])
                 for latency, values in sorted(run.samples.items()):
                     copy.write_row((run_pk, latency, list(values)))
@@ -123,3 +123,109 @@ def runs(conn: psycopg.Connection, keys: Sequence[str]) -> dict[str, str]:
         "SELECT run_key, status FROM serving_runs WHERE run_key = ANY(%s)", (list(keys),)
     ).fetchall()
     return dict(rows)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What storing one deployment's judgement did: change points new to the store, and
+    the regressions opened (ids) or grown (a run's worse metric found later joins the
+    regression its run already opened)."""
+
+    new_changes: int
+    opened: tuple[int, ...]
+    grown: tuple[int, ...]
+
+
+_UPSERT_CHANGE = """
+INSERT INTO serving_changes (deployment_id, metric, run_pk, previous_run_pk, direction,
+    rel_change, p_value, provisional)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (deployment_id, metric, run_pk) DO UPDATE
+    SET provisional = serving_changes.provisional AND EXCLUDED.provisional,
+        rel_change = EXCLUDED.rel_change, p_value = EXCLUDED.p_value,
+        previous_run_pk = EXCLUDED.previous_run_pk
+RETURNING id, regression_id, xmax = 0"""
+
+
+def record(
+    conn: psycopg.Connection,
+    deployment_id: int,
+    changes: Sequence[ServingChange],
+    found: Sequence[ServingFinding],
+    actor: str,
+) -> Recorded:
+    """Store a deployment's change points (judging again updates them in place: a
+    provisional change found settled is settled) and open a serving regression per finding
+    whose run no regression holds yet, in one transaction."""
+    with conn.transaction(), conn.cursor() as cur:
+        ids: dict[tuple[str, int], tuple[int, int | None]] = {}
+        new = 0
+        for c in changes:
+            row = cur.execute(
+                _UPSERT_CHANGE,
+                (deployment_id, c.metric, c.run.run_pk, c.previous.run_pk, c.direction,
+                 c.magnitude_pct / 100.0, c.p_value, c.provisional),
+            ).fetchone()  # fmt: skip
+            ids[(c.metric, c.run.run_pk)] = (row[0], row[1])
+            new += bool(row[2])
+        opened, grown = [], []
+        for finding in found:
+            members = [ids[(c.metric, c.run.run_pk)] for c in finding.changes]
+            unattached = [change_id for change_id, regression in members if regression is None]
+            if not unattached:
+                continue
+            held = _regression_of_run(cur, deployment_id, finding.run.run_pk)
+            if held is None:
+                held = _open(cur, deployment_id, finding, actor)
+                opened.append(held)
+            else:
+                grown.append(held)
+            cur.execute(
+                "UPDATE serving_changes SET regression_id = %s WHERE id = ANY(%s)",
+                (held, unattached),
+            )
+    return Recorded(new, tuple(opened), tuple(grown))
+
+
+def _regression_of_run(cur: psycopg.Cursor, deployment_id: int, run_pk: int) -> int | None:
+    row = cur.execute(
+        f"""SELECT g.id FROM regressions g JOIN serving_changes sc ON sc.regression_id = g.id
+        WHERE sc.deployment_id = %s AND sc.run_pk = %s AND g.state IN {OPEN_SQL}
+        ORDER BY g.id LIMIT 1""",
+        (deployment_id, run_pk),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def _open(cur: psycopg.Cursor, deployment_id: int, finding: ServingFinding, actor: str) -> int:
+    good = _commit(cur, finding.previous.kernel_commit)
+    bad = _commit(cur, finding.run.kernel_commit)
+    # The kernel repository is the one whose commit the bad run served, when kernelwatch
+    # has stored that commit: the regression then lists with that repository's.
+    repository = bad[1] if bad else good[1] if good else None
+    (regression_id,) = cur.execute(
+        """INSERT INTO regressions (repository_id, deployment_id, title, cause, magnitude,
+            good_commit_id, bad_commit_id, kind, opened_by)
+        VALUES (%s, %s, %s, 'unknown', %s, %s, %s, 'serving', 'change_point') RETURNING id""",
+        (repository, deployment_id, finding.title, finding.magnitude,
+         good[0] if good else None, bad[0] if bad else None),
+    ).fetchone()  # fmt: skip
+    cur.execute(
+        "INSERT INTO regression_events (regression_id, actor, state, note) "
+        "VALUES (%s, %s, 'untriaged', %s)",
+        (regression_id, actor,
+         f"opened by serving detection over {len(finding.changes)} metric(s)"),
+    )  # fmt: skip
+    return regression_id
+
+
+def _commit(cur: psycopg.Cursor, sha: str) -> tuple[int, int] | None:
+    # A deployment names its kernel commit as its job knew it, often abbreviated: one
+    # stored commit it is a prefix of, or none (ambiguous or unknown is not guessed).
+    if len(sha) < 7:
+        return None
+    rows = cur.execute(
+        "SELECT id, repository_id FROM commits WHERE sha LIKE %s LIMIT 2",
+        (sha.replace("%", "").replace("_", "") + "%",),
+    ).fetchall()
+    return (rows[0][0], rows[0][1]) if len(rows) == 1 else None

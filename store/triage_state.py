@@ -50,7 +50,8 @@ def list_regressions(
 
 
 def show_regression(conn: psycopg.Connection, regression_id: int) -> dict[str, Any]:
-    """One regression with its change points (the series it groups) and its triage history."""
+    """One regression with its change points (the series it groups, or for a serving
+    regression the deployment's metrics that moved) and its triage history."""
     with conn.cursor(row_factory=dict_row) as cur:
         head = cur.execute(
             "SELECT * FROM report_regressions WHERE regression_id = %s", (regression_id,)
@@ -68,6 +69,21 @@ def show_regression(conn: psycopg.Connection, regression_id: int) -> dict[str, A
                 LEFT JOIN commits c ON c.id = cp.commit_id
             WHERE cp.regression_id = %s
             ORDER BY abs(cp.rel_change) DESC, s.key""",
+            (regression_id,),
+        ).fetchall()
+        # A serving regression's members: the deployment's metrics that moved at its run.
+        head["serving_change_list"] = cur.execute(
+            """
+            SELECT d.name AS deployment, sc.metric, sc.direction, sc.rel_change,
+                sc.provisional, r.started_at, r.kernel_commit,
+                p.kernel_commit AS previous_kernel_commit, r.id AS run_pk,
+                p.id AS previous_run_pk
+            FROM serving_changes sc
+                JOIN deployments d ON d.id = sc.deployment_id
+                JOIN serving_runs r ON r.id = sc.run_pk
+                JOIN serving_runs p ON p.id = sc.previous_run_pk
+            WHERE sc.regression_id = %s
+            ORDER BY abs(sc.rel_change) DESC, sc.metric""",
             (regression_id,),
         ).fetchall()
         head["events"] = cur.execute(

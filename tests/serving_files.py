@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -203,3 +204,30 @@ def sglang_line(
 def sglang_text(*lines: Mapping[str, Any]) -> str:
     """JSON lines as SGLang writes them: Python's json, so an infinite rate is ``Infinity``."""
     return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+#: The first night of a seeded deployment history.
+START = datetime(2026, 10, 20, 2, tzinfo=UTC)
+
+
+def night(
+    i: int, p99_tpot: float, throughput: float, deployment: str = "chat-8b"
+) -> dict[str, Any]:
+    """Night ``i``'s vLLM result: kernel commit ``{i:02d}c0ffee...``, the given p99 TPOT
+    and output throughput, everything else from 12 seeded requests of one distribution."""
+    metadata = {**METADATA, "deployment": deployment, "kernel_commit": f"{i:02d}" + "c0ffee" * 6}
+    date = (START + timedelta(days=i)).strftime("%Y%m%d-%H%M%S")
+    return vllm_result(requests(n=12, tokens=6, seed=i), metadata, date=date,
+                       p99_tpot_ms=p99_tpot, output_throughput=throughput)  # fmt: skip
+
+
+def nightly_history(
+    p99_tpot: list[float], throughput: list[float], seed: int = 0
+) -> list[dict[str, Any]]:
+    """One result a night: the given levels of p99 TPOT and output throughput with 1%
+    run-to-run noise."""
+    rng = np.random.default_rng(seed)
+    return [
+        night(i, t * rng.lognormal(0, 0.01), r * rng.lognormal(0, 0.01))
+        for i, (t, r) in enumerate(zip(p99_tpot, throughput, strict=True))
+    ]

@@ -9,6 +9,7 @@ import json
 import psycopg
 from serving_files import (
     METADATA,
+    nightly_history,
     pytorch_records,
     requests,
     sglang_line,
@@ -67,3 +68,56 @@ def test_a_batch_stores_every_good_file_and_names_each_bad_one(
         ("chat-8b-sglang", "sglang", "ok"),
         ("chat-8b-sglang", "sglang", "failed"),
     ]
+
+
+def test_a_stepped_history_is_judged_listed_shown_and_compared(
+    kernelwatch_cli, store_url, tmp_path
+):
+    env = {"KERNELWATCH_DATABASE_URL": store_url}
+    history = nightly_history([20.0] * 20 + [21.2] * 15, [5000.0] * 35)
+    # The last two nights ran with --save-detailed: their per-request samples are stored.
+    for i, result in enumerate(history[-2:], start=len(history) - 2):
+        result.update(requests(n=40, seed=i))
+    paths = []
+    for i, result in enumerate(history):
+        paths.append(tmp_path / f"night-{i:02d}.json")
+        paths[-1].write_text(json.dumps(result))
+    ingest = kernelwatch_cli("serving", "ingest", "--json", *map(str, paths), env=env)
+    assert ingest.returncode == 0, ingest.stderr
+    run_pks = [json.loads(line)["run_pk"] for line in ingest.stdout.splitlines()]
+
+    detect = kernelwatch_cli("serving", "detect", "--json", env=env)
+    assert detect.returncode == 0, detect.stderr
+    (judged,) = [json.loads(line) for line in detect.stdout.splitlines()]
+    (regression_id,) = judged["opened"]
+    (change,) = judged["changes"]
+    assert (change["metric"], change["direction"]) == ("p99_tpot_ms", "regression")
+    assert change["kernel_commit"].startswith("20") and change["run_pk"] == run_pks[20]
+
+    listed = kernelwatch_cli("regressions", "list", "--json", env=env)
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert (row["regression_id"], row["kind"]) == (regression_id, "serving")
+    shown = kernelwatch_cli("regressions", "show", str(regression_id), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "serving metrics that moved" in shown.stdout and "p99_tpot_ms" in shown.stdout
+    acked = kernelwatch_cli("regressions", "ack", str(regression_id), "--note", "looking", env=env)
+    assert acked.returncode == 0, acked.stderr
+
+    again = kernelwatch_cli("serving", "detect", env=env)
+    assert again.returncode == 0 and "opened" not in again.stdout
+
+    compared = kernelwatch_cli("serving", "compare", "--json", *map(str, run_pks[-2:]), env=env)
+    assert compared.returncode == 0, compared.stderr
+    verdicts = [json.loads(line) for line in compared.stdout.splitlines()]
+    assert {(v["latency"], v["statistic"]) for v in verdicts} == {
+        (lat, stat) for lat in ("ttft", "tpot", "itl", "e2el") for stat in ("p50", "p99")
+    }
+    assert all(v["n_a"] > 0 and v["verdict"] != "ERROR" for v in verdicts)
+
+    no_samples = kernelwatch_cli("serving", "compare", str(run_pks[0]), str(run_pks[-1]), env=env)
+    assert no_samples.returncode == 2
+    assert no_samples.stderr.startswith("error: cannot compare runs") and "--save-detailed" in (
+        no_samples.stderr
+    )
+    unknown = kernelwatch_cli("serving", "detect", "--deployment", "nope", env=env)
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1

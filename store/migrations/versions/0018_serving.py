@@ -9,6 +9,14 @@ row per serving benchmark run with its summary metrics, and the runs' per-reques
 - ``serving_metrics``: the run's summary metrics by vLLM's key names (``p99_tpot_ms``).
 - ``serving_samples``: per latency (ttft, tpot, itl, e2el), the completed requests' values
   in ms as one float4 array, COPY'd like kernel samples.
+- ``serving_changes``: a change point of one judged metric of a deployment, at the first run
+  of the new level (``run_pk``) after the last of the old (``previous_run_pk``); the kernel
+  commits each served are those runs'. Unique per (deployment, metric, run): judging again
+  finds the same change, and a provisional one becomes settled in place.
+- ``regressions`` holds serving regressions too (``kind`` serving): ``deployment_id`` set,
+  ``repository_id`` the kernel repository whose commit the bad run served when kernelwatch
+  knows that commit (null otherwise), so every triage command, view and alert that lists
+  regressions lists them. ``report_regressions`` joins the repository as optional.
 
 The writer inherits SELECT, INSERT and UPDATE on new tables (migration 0002's default
 privileges); the reader gets nothing here: what Grafana reads of these comes through views.
@@ -19,6 +27,8 @@ Revises: 0017
 
 from __future__ import annotations
 
+import importlib
+
 from alembic import op
 
 revision = "0018"
@@ -26,7 +36,18 @@ down_revision = "0017"
 branch_labels = None
 depends_on = None
 
-TABLES = """
+_VERSIONS = "kernelwatch.store.migrations.versions"
+_EARLIER = importlib.import_module(f"{_VERSIONS}.0005_night_suspects")
+_KINDS = _EARLIER.KINDS
+SERVING_KINDS = _KINDS.replace(")", ", 'serving')")
+#: 0005's view of regressions, its repository made optional (a serving regression's
+#: deployment may serve a commit kernelwatch has never measured); the same columns.
+REGRESSIONS = _EARLIER.REGRESSIONS.replace(
+    "    JOIN repositories repo", "    LEFT JOIN repositories repo"
+)
+assert REGRESSIONS != _EARLIER.REGRESSIONS
+
+TABLES = f"""
 CREATE TABLE deployments (
     id          serial PRIMARY KEY,
     name        text NOT NULL,
@@ -71,12 +92,47 @@ CREATE TABLE serving_samples (
     latency    text NOT NULL,
     values_ms  real[] NOT NULL,
     PRIMARY KEY (run_pk, latency)
-);"""
+);
+ALTER TABLE regressions
+    ALTER COLUMN repository_id DROP NOT NULL,
+    ADD COLUMN deployment_id int REFERENCES deployments(id),
+    ADD CONSTRAINT regressions_subject_check
+        CHECK (repository_id IS NOT NULL OR deployment_id IS NOT NULL),
+    DROP CONSTRAINT regressions_kind_check,
+    ADD CONSTRAINT regressions_kind_check CHECK (kind IN {SERVING_KINDS});
+CREATE TABLE serving_changes (
+    id               bigserial PRIMARY KEY,
+    deployment_id    int NOT NULL REFERENCES deployments(id),
+    metric           text NOT NULL,
+    run_pk           bigint NOT NULL REFERENCES serving_runs(id) ON DELETE CASCADE,
+    previous_run_pk  bigint NOT NULL REFERENCES serving_runs(id) ON DELETE CASCADE,
+    direction        text NOT NULL CHECK (direction IN ('regression', 'improvement')),
+    rel_change       double precision NOT NULL,
+    p_value          double precision NOT NULL,
+    provisional      boolean NOT NULL,
+    regression_id    bigint REFERENCES regressions(id) ON DELETE SET NULL,
+    detected_at      timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (deployment_id, metric, run_pk)
+);
+CREATE INDEX serving_changes_regression_idx ON serving_changes (regression_id);"""
+
+DOWN = f"""
+DROP TABLE serving_changes;
+DELETE FROM regressions WHERE deployment_id IS NOT NULL;
+ALTER TABLE regressions
+    DROP CONSTRAINT regressions_subject_check,
+    DROP COLUMN deployment_id,
+    ALTER COLUMN repository_id SET NOT NULL,
+    DROP CONSTRAINT regressions_kind_check,
+    ADD CONSTRAINT regressions_kind_check CHECK (kind IN {_KINDS});
+DROP TABLE serving_samples, serving_metrics, serving_runs, deployments;"""
 
 
 def upgrade() -> None:
     op.execute(TABLES)
+    op.execute(f"CREATE OR REPLACE VIEW report_regressions AS {REGRESSIONS};")
 
 
 def downgrade() -> None:
-    op.execute("DROP TABLE serving_samples, serving_metrics, serving_runs, deployments;")
+    op.execute(f"CREATE OR REPLACE VIEW report_regressions AS {_EARLIER.REGRESSIONS};")
+    op.execute(DOWN)
