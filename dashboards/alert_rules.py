@@ -100,7 +100,7 @@ SELECT regression_id::text AS regression_id, repository, kind, opened_by, title,
     AS command,
   1 AS open
 FROM report_triage_board
-WHERE open
+WHERE open AND kind <> 'serving'
 """,
         above=0,
         window_s=600,
@@ -129,6 +129,26 @@ WHERE state = 'untriaged'
             summary="reminder: {{ $labels.title }} has waited {{ humanize $values.B.Value }} "
             "days for triage",
             panel=("kw-triage", "Regressions"),
+        ),
+        RuleSpec(
+            "kw-serving-regression",
+            "Serving regression confirmed",
+            """
+SELECT regression_id::text AS regression_id, deployment, title, metrics,
+  to_char(100 * magnitude, 'FMSG990.0') || '%' AS magnitude,
+  left(previous_kernel_commit, 12) || '..' || left(kernel_commit, 12) AS kernels,
+  'kernelwatch regressions show ' || regression_id AS command,
+  1 AS open
+FROM report_serving_regressions
+WHERE open AND NOT provisional
+""",
+            above=0,
+            window_s=600,
+            severity="warning",
+            kind="regression",
+            summary="serving regression #{{ $labels.regression_id }}: {{ $labels.title }} "
+            "({{ $labels.magnitude }}), kernels {{ $labels.kernels }}; {{ $labels.command }}",
+            panel=("kw-serving", "Serving changes"),
         ),
         RuleSpec(
             "kw-run-failed",

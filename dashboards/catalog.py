@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelwatch.config.settings import LOCAL_POOL
-from kernelwatch.dashboards import builds, comm, common, fleet, health, quarter, sol
+from kernelwatch.dashboards import builds, comm, common, fleet, health, quarter, serving_board, sol
 from kernelwatch.dashboards import kernel_history as history
 from kernelwatch.dashboards import pull_requests as prs
 from kernelwatch.dashboards import triage_board as triage
 
 #: In the order Grafana's dashboard list and the export show them.
-MODULES = (fleet, prs, history, quarter, sol, builds, health, triage, comm)
+MODULES = (fleet, prs, history, quarter, sol, builds, health, triage, comm, serving_board)
 
 
 def dashboards(pools: Sequence[str] = (LOCAL_POOL,)) -> list[dict[str, Any]]:

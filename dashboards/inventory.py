@@ -102,6 +102,8 @@ def _options(
 ) -> tuple[str, ...]:
     if variable["type"] == "custom":
         return tuple(v.strip() for v in variable["query"].split(","))
+    if variable["type"] == "textbox":  # what the reader typed; the saved text until then
+        return (variable["query"],)
     columns, rows = run(expand(variable["query"], request, values))
     value = columns.index("__value") if "__value" in columns else 0
     text = columns.index("__text") if "__text" in columns else value

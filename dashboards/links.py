@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 HISTORY_UID = "kw-history"
 BUILDS_UID = "kw-builds"
+SERVING_UID = "kw-serving"
 #: How much history a link to a change shows on either side of it.
 AROUND = timedelta(days=14)
 #: The kernel history's variables, in the order its URL gives them, and the columns of a
@@ -63,3 +64,12 @@ def history_link_template() -> str:
         for name, column in HISTORY_VARIABLES
     )
     return f"/d/{HISTORY_UID}/?{query}&from=${{__data.fields.from_ms}}&to=${{__data.fields.to_ms}}"
+
+
+def serving_link_template() -> str:
+    """A data link to a row's deployment on the serving dashboard around the row's time (the
+    row has ``deployment`` and the :func:`window_columns`)."""
+    return (
+        f"/d/{SERVING_UID}/?var-deployment=${{__data.fields.deployment:percentencode}}"
+        "&from=${__data.fields.from_ms}&to=${__data.fields.to_ms}"
+    )

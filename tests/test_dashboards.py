@@ -23,6 +23,7 @@ import numpy as np
 import psycopg
 import pytest
 from pg_roles import as_role, set_passwords
+from serving_files import METADATA, requests, vllm_result
 from synthetic_fleet import (
     BASELINE,
     COMM_PEAK_GBPS,
@@ -55,6 +56,10 @@ from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.markdown import merge_verdict
+from kernelwatch.serving.formats import Given, read_text
+from kernelwatch.serving.judge import changes, findings
+from kernelwatch.serving.results import JUDGED
+from kernelwatch.store import serving
 from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.findings import (
     NewChangePoint,
@@ -329,6 +334,40 @@ def _pr_check(conn: psycopg.Connection, ingester: Ingester, model: int, head_sha
     return head.info.run_id
 
 
+#: The seeded deployment: it serves each nightly's kernel commit a few hours after the
+#: nightly measured it; its p99 TPOT steps by SERVING_STEP from the planted commit on.
+DEPLOYMENT = "chat-8b"
+SERVING_STEP = 1.06
+P99_TPOT_MS, OUTPUT_TOKENS_PER_S = 20.0, 5000.0
+
+
+def _serving(conn: psycopg.Connection) -> tuple[int, dict[str, float]]:
+    """Ingest the deployment's history from vLLM result files, judge it; the serving
+    regression opened and the last run's output throughput by kernel commit."""
+    rng = np.random.default_rng(11)
+    throughput = {}
+    for day in range(DAYS):
+        at = END - timedelta(days=DAYS - day) + timedelta(hours=5)
+        step = SERVING_STEP if day >= PLANT_DAY else 1.0
+        rate = OUTPUT_TOKENS_PER_S * rng.lognormal(0, 0.01)
+        result = vllm_result(
+            requests(n=12, tokens=6, seed=day),
+            {**METADATA, "deployment": DEPLOYMENT, "kernel_commit": sha(day)},
+            date=at.strftime("%Y%m%d-%H%M%S"),
+            p99_tpot_ms=P99_TPOT_MS * step * rng.lognormal(0, 0.01),
+            output_throughput=rate,
+        )
+        for run in read_text(json.dumps(result), "result.json", Given(), at.isoformat()):
+            serving.ingest(conn, run)
+        throughput[sha(day)] = rate
+    ((deployment_id, _),) = serving.deployments(conn)
+    found = [c for metric in JUDGED
+             for c in changes(serving.history(conn, deployment_id, metric), metric)]  # fmt: skip
+    recorded = serving.record(conn, deployment_id, found, findings(DEPLOYMENT, found), "test")
+    (regression_id,) = recorded.opened
+    return regression_id, throughput
+
+
 @pytest.fixture(scope="module")
 def seeded(pg_server):
     """One database with the seeded history, shared by this module's read-only tests."""
@@ -361,6 +400,7 @@ def seeded(pg_server):
         _pr_check(conn, ingester, B200, OLDER_HEAD, OLDER_PR, 30)
         pr_head = _pr_check(conn, ingester, B200, PR_HEAD, PR, 5)
         _pr_check(conn, ingester, H200, PR_HEAD, PR, 4)
+        serving_regression, serving_throughput = _serving(conn)
         quarter_keys = [k for (k,) in conn.execute(
             "SELECT s.key FROM series s JOIN kernels k ON k.id = s.kernel_id "
             "WHERE k.name = 'flash_attention' AND s.device_model = %s ORDER BY 1",
@@ -370,7 +410,8 @@ def seeded(pg_server):
     return SimpleNamespace(
         url=url, reader=reader, report=report, regression_id=regression_id,
         planted_key=planted_key, pr_head=pr_head, quarter_keys=quarter_keys,
-        confirmed=confirmed, static=static,
+        confirmed=confirmed, static=static, serving_regression=serving_regression,
+        serving_throughput=serving_throughput,
         request=Request(END - timedelta(days=60), datetime.now(UTC)),
     )  # fmt: skip
 
@@ -405,6 +446,7 @@ def _choices(seeded) -> dict[str, dict[str, object]]:
     return {
         "kw-history": history,
         "kw-builds": {"kernel": "flash_attention"},
+        "kw-serving": {"deployment": DEPLOYMENT, "gpu_hour_price": "3.5"},
         "kw-quarter": {
             "kernel": ["flash_attention"],
             "gpu": [MODELS[B200][0]],
@@ -1324,3 +1366,93 @@ def test_the_morning_panel_gives_from_the_kept_movers_the_rows_every_case_gives(
     shown = reader(sql)[2]
     assert len(shown) > 1 and any(row[1] != "not suspected" for row in shown)
     assert shown == reader(everything)[2]
+
+
+SERVING_CHOICE = {"deployment": DEPLOYMENT, "gpu_hour_price": "3.5"}
+
+
+def _serving_rows(seeded, reader, title: str, request: Request | None = None, **choice):
+    return _rows_of(reader, "kw-serving", title, request or seeded.request,
+                    {**SERVING_CHOICE, **choice})  # fmt: skip
+
+
+def test_serving_dashboard_shows_the_tpot_step_at_the_commit_that_made_it(seeded, reader):
+    p99 = [r["value"] for r in _serving_rows(seeded, reader, "TPOT (ms)")
+           if r["metric"] == "p99_tpot_ms"]  # fmt: skip
+    assert len(p99) == DAYS
+    step = np.median(p99[PLANT_DAY:]) / np.median(p99[:PLANT_DAY])
+    assert step == pytest.approx(SERVING_STEP, abs=0.015)
+    (change,) = _serving_rows(seeded, reader, "Serving changes")
+    assert (change["metric"], change["direction"], change["provisional"]) == (
+        "p99_tpot_ms",
+        "regression",
+        False,
+    )
+    assert (change["previous_kernel_commit"], change["kernel_commit"]) == (
+        sha(PLANT_DAY - 1),
+        sha(PLANT_DAY),
+    )
+    assert change["regression_id"] == seeded.serving_regression
+    assert change["state"] == "untriaged"
+
+
+def test_serving_dashboard_marks_deploys_and_the_kernel_regression_they_shipped(seeded, reader):
+    shipped = _serving_rows(seeded, reader, "Kernel regressions each deploy shipped")
+    (planted,) = [r for r in shipped if r["regression_id"] == seeded.regression_id]
+    # The planted kernel regression went out with the deploy of its culprit (bisected).
+    assert planted["kernel_commit"] == planted["commit_sha"] == sha(PLANT_DAY)
+    assert planted["repository"] == REPOSITORY
+    assert all(r["kind"] != "serving" for r in shipped)
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-serving"]
+    variables = inventory.resolve(dashboard, seeded.request, _runner(reader), SERVING_CHOICE)
+    marks = {
+        q.title: reader(expand(q.sql, seeded.request, variables))[2]
+        for q in inventory.dashboard_queries(dashboard)
+        if q.kind == "annotation"
+    }
+    assert len(marks["Kernel commits deployed"]) == DAYS  # a new kernel commit every night
+    assert any(f"#{seeded.regression_id}:" in text for _t, text, _tags in
+               marks["Kernel regressions shipped"])  # fmt: skip
+
+
+def test_serving_cost_is_the_gpu_hour_price_over_the_tokens_an_hour_makes(seeded, reader):
+    rows = _serving_rows(seeded, reader, "Cost per million output tokens")
+    assert len(rows) == DAYS
+    last = seeded.serving_throughput[sha(DAYS - 1)]
+    # 3.5 a GPU-hour, one GPU: a million tokens take 1e6 / last seconds.
+    assert rows[-1]["cost_per_million_tokens"] == pytest.approx(3.5 * 1e6 / (last * 3600))
+    unpriced = _serving_rows(seeded, reader, "Cost per million output tokens", gpu_hour_price="")
+    assert [r["cost_per_million_tokens"] for r in unpriced] == [None] * DAYS
+
+
+def test_a_serving_regression_fires_its_own_rule_and_lists_with_its_repository(seeded, reader):
+    rules = {spec.uid: spec for spec in alerts.rules(SEEDED)}
+    (fired,) = _firing(reader, rules["kw-serving-regression"])
+    assert fired["regression_id"] == str(seeded.serving_regression)
+    assert fired["deployment"] == DEPLOYMENT and fired["metrics"] == "p99_tpot_ms"
+    assert fired["kernels"] == f"{sha(PLANT_DAY - 1)[:12]}..{sha(PLANT_DAY)[:12]}"
+    announced = {i["regression_id"] for i in _firing(reader, rules["kw-regression-open"])}
+    assert str(seeded.serving_regression) not in announced  # one announcement, not two
+    # Its bad kernel commit is the seeded repository's: it is on that fleet overview.
+    opened = _panel_rows(seeded, reader, "kw-fleet", "Open regressions")
+    (row,) = [r for r in opened if r["regression_id"] == seeded.serving_regression]
+    assert row["kind"] == "serving"
+
+
+def test_a_serving_change_links_to_its_deployment_around_the_step(seeded, reader):
+    (dashboard,) = [d for d in catalog.dashboards() if d["uid"] == "kw-serving"]
+    panel = _panel("kw-serving", "Serving changes")
+    (change,) = _serving_rows(seeded, reader, "Serving changes")
+    (link,) = panel["fieldConfig"]["defaults"]["links"]
+    url = urlparse(expand_link(link["url"], change))
+    assert url.path == "/d/kw-serving/"
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    assert query["var-deployment"] == DEPLOYMENT
+    window = Request(*(datetime.fromtimestamp(int(query[k]) / 1000, UTC) for k in ("from", "to")))
+    assert window.start < change["at"] < window.end
+    options = inventory.resolve(dashboard, window, _runner(reader), {"deployment": DEPLOYMENT})
+    assert options["deployment"].values == (DEPLOYMENT,)
+    around = [r["value"] for r in _serving_rows(seeded, reader, "TPOT (ms)", window)
+              if r["metric"] == "p99_tpot_ms"]  # fmt: skip
+    # Both levels are in the window: the nights before the step and after it.
+    assert min(around) < P99_TPOT_MS * 1.02 and max(around) > P99_TPOT_MS * 1.045

@@ -39,7 +39,7 @@ def test_generated_dashboards_are_structurally_sound(dashboards):
     assert checks.problems(dashboards) == []
     assert [d["uid"] for d in dashboards] == [
         "kw-fleet", "kw-pr", "kw-history", "kw-quarter", "kw-sol", "kw-builds", "kw-health",
-        "kw-triage", "kw-comm",
+        "kw-triage", "kw-comm", "kw-serving",
     ]  # fmt: skip
     assert {d["schemaVersion"] for d in dashboards} == {checks.SCHEMA_VERSION}
 
