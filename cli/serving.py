@@ -22,8 +22,6 @@ serving_app = typer.Typer(
     help="Serving results: ingest vLLM's and SGLang's benchmark files, judge them.",
 )
 
-#: Who opens a serving regression, in its triage history.
-ACTOR = "kernelwatch"
 _FROM_FILE = " (default: the file's --metadata; a value given both ways must agree)"
 
 
@@ -99,36 +97,31 @@ def detect_command(
     p99, output throughput) with kernelwatch.toml's [detection]: store the change points and
     open a serving regression per run that made any of them worse, with the kernel commits
     served before and after. Judging again opens nothing twice."""
-    from kernelwatch.serving.judge import changes, findings
-    from kernelwatch.serving.results import JUDGED
+    from kernelwatch.flows.serving_results import judge_deployments
     from kernelwatch.store import serving as store
 
     config = configuration().thresholds.detection
     with open_store() as conn:
-        chosen = [(i, d) for i, d in store.deployments(conn) if deployment in (None, d.name)]
-        if deployment is not None and not chosen:
+        names = None if deployment is None else [deployment]
+        if names and deployment not in {d.name for _i, d in store.deployments(conn)}:
             fail(f"no deployment named {deployment!r} is stored; see docs/SERVING.md", code=2)
-        for deployment_id, d in chosen:
-            found = [
-                c for metric in JUDGED for c in changes(store.history(conn, deployment_id, metric),
-                                                        metric, config)
-            ]  # fmt: skip
-            recorded = store.record(conn, deployment_id, found, findings(d.name, found), ACTOR)
-            if json_out:
-                typer.echo(json.dumps({
-                    "deployment": d.name, "new_changes": recorded.new_changes,
-                    "opened": list(recorded.opened), "grown": list(recorded.grown),
-                    "changes": [_change_json(c) for c in found],
-                }))  # fmt: skip
-                continue
-            for c in found:
-                typer.echo(f"{d.name}: {c.metric} {c.magnitude_pct:+.1f}% {c.direction}"
-                           f"{' (provisional)' if c.provisional else ''} at kernel "
-                           f"{c.run.kernel_commit} (was {c.previous.kernel_commit}), "
-                           f"{c.run.started_at.isoformat()}")  # fmt: skip
-            for regression_id in recorded.opened:
-                typer.echo(f"{d.name}: opened serving regression #{regression_id}; "
-                           f"kernelwatch regressions show {regression_id}")  # fmt: skip
+        judged = judge_deployments(conn, config, names)
+    for j in judged:
+        if json_out:
+            typer.echo(json.dumps({
+                "deployment": j.deployment, "new_changes": j.recorded.new_changes,
+                "opened": list(j.recorded.opened), "grown": list(j.recorded.grown),
+                "changes": [_change_json(c) for c in j.changes],
+            }))  # fmt: skip
+            continue
+        for c in j.changes:
+            typer.echo(f"{j.deployment}: {c.metric} {c.magnitude_pct:+.1f}% {c.direction}"
+                       f"{' (provisional)' if c.provisional else ''} at kernel "
+                       f"{c.run.kernel_commit} (was {c.previous.kernel_commit}), "
+                       f"{c.run.started_at.isoformat()}")  # fmt: skip
+        for regression_id in j.recorded.opened:
+            typer.echo(f"{j.deployment}: opened serving regression #{regression_id}; "
+                       f"kernelwatch regressions show {regression_id}")  # fmt: skip
 
 
 def _change_json(change: ServingChange) -> dict[str, object]:

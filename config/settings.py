@@ -171,6 +171,29 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
+class ServingSettings:
+    """Where serving benchmark results arrive (``[serving]``; docs/SERVING.md): the
+    ``serving-ingest`` deployment reads the folder on its schedule, stores every new run and
+    judges the deployments that got one."""
+
+    folder: str = ""
+    """The folder a serving benchmark job writes its result files to (vLLM's JSON and
+    PyTorch-format records, SGLang's JSON lines). Empty: no ``serving-ingest`` deployment."""
+    cron: str = "0 * * * *"
+    """When the folder is read (cron, UTC)."""
+    work_pool: str = LOCAL_POOL
+    """The Prefect work pool that reads it: no GPU is needed, only the folder and the store."""
+
+    def __post_init__(self) -> None:
+        from cronsim import CronSim, CronSimError
+
+        try:
+            CronSim(self.cron, datetime(2000, 1, 1))
+        except CronSimError as exc:
+            raise ValueError(f"cron {self.cron!r} is not a cron expression: {exc}") from None
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything kernelwatch reads from the file, with defaults for what it leaves out."""
 
@@ -184,6 +207,7 @@ class Config:
     bisect: BisectSettings = field(default_factory=BisectSettings)
     confirm: ConfirmBudget = field(default_factory=ConfirmBudget)
     notifications: Notifications = field(default_factory=Notifications)
+    serving: ServingSettings = field(default_factory=ServingSettings)
 
     def repository_at(self, path: Path) -> RepositoryConfig | None:
         """The repository whose local checkout (``source``) holds ``path``, the innermost
@@ -242,7 +266,7 @@ def load(path: Path | None = None) -> Config:
 #: The tables of the file, in the order docs/CONFIG.md lists them.
 TABLES = (
     "database", "repositories", "pools", "bench", "run", *SECTIONS, "thresholds",
-    "notifications",
+    "notifications", "serving",
 )  # fmt: skip
 #: The BenchOptions fields that make sense in a file (the rest are computed or
 #: per-invocation).
@@ -297,6 +321,7 @@ def parse(data: Mapping[str, Any], file: Path | None) -> Config:
         notifications=record(
             Notifications, table(data, "notifications", where), "[notifications]", where
         ),
+        serving=record(ServingSettings, table(data, "serving", where), "[serving]", where),
     )
 
 

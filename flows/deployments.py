@@ -2,6 +2,7 @@
 
 For every pool: a scheduled ``nightly`` per repository the pool runs, and unscheduled
 ``pr_check`` and ``bisect`` deployments that the GitHub workflow and nightly detection start.
+With a ``[serving] folder``: a scheduled ``serving_ingest`` of it, in ``[serving] work_pool``.
 Each goes to the pool's work pool (``gpu-h100``, ``gpu-h200``, ``gpu-b200``: process workers
 on GPU hosts, or the Kubernetes variant under ``infra/k8s/``). A deployment runs one flow
 at a time per pool; the device slot in ``tasks.py`` keeps a GPU to one benchmark even when
@@ -24,6 +25,7 @@ ENTRYPOINTS = {
     "nightly": "flows/nightly.py:nightly",
     "pr_check": "flows/prcheck.py:pr_check",
     "bisect": "flows/bisection.py:bisect",
+    "serving_ingest": "flows/serving_results.py:serving_ingest",
 }
 
 
@@ -68,6 +70,11 @@ def plan(config: Config, pools: Sequence[str] = ()) -> list[DeploymentSpec]:
                     flow, pool.name, pool.work_pool, None, parameters={"pool": pool.name}, tags=tags
                 )
             )
+    serving = config.serving
+    if serving.folder and (not pools or serving.work_pool in pools):
+        specs.append(DeploymentSpec("serving_ingest", "serving", serving.work_pool, serving.cron,
+                                    parameters={"folder": serving.folder},
+                                    tags=("kernelwatch", "serving")))  # fmt: skip
     return specs
 
 

@@ -12,9 +12,9 @@ from datetime import timedelta
 import psycopg
 from serving_files import METADATA, START, nightly_history, vllm_failed
 
+from kernelwatch.analysis.thresholds import DetectorConfig
+from kernelwatch.flows.serving_results import judge_deployments
 from kernelwatch.serving.formats import Given, read_text
-from kernelwatch.serving.judge import changes, findings
-from kernelwatch.serving.results import JUDGED
 from kernelwatch.store import serving
 from kernelwatch.store.triage_state import list_regressions, show_regression
 
@@ -28,16 +28,7 @@ def _ingest(conn: psycopg.Connection, results: list[dict]) -> None:
 
 
 def _judge(conn: psycopg.Connection) -> list[serving.Recorded]:
-    out = []
-    for deployment_id, deployment in serving.deployments(conn):
-        found = [
-            c
-            for metric in JUDGED
-            for c in changes(serving.history(conn, deployment_id, metric), metric)
-        ]
-        out.append(serving.record(conn, deployment_id, found, findings(deployment.name, found),
-                                  "test"))  # fmt: skip
-    return out
+    return [judged.recorded for judged in judge_deployments(conn, DetectorConfig())]
 
 
 STEP = [20.0] * 20 + [21.2] * 15  # p99 TPOT +6% from night 20
@@ -69,7 +60,7 @@ def test_a_six_percent_p99_tpot_step_opens_one_regression_at_its_run(store_url):
         (again,) = _judge(conn)
         assert (again.new_changes, again.opened, again.grown) == (0, (), ())
         assert len(list_regressions(conn)) == 1
-        assert show_regression(conn, regression_id)["events"][0]["actor"] == "test"
+        assert show_regression(conn, regression_id)["events"][0]["actor"] == "kernelwatch"
 
 
 def test_a_step_on_a_measured_kernel_commit_lists_with_its_repository(store_url):
