@@ -8,6 +8,9 @@ server (``kernelwatch_demo``, so your own history is untouched), then runs the r
 API. The night the culprit lands, the nightly suspects the slower point, confirms it by an
 A/B of the previous nightly head against tonight's head, opens the regression and bisects
 the night's commits to the culprit; the demo says how many nights after it landed that was.
+Last, a deployment serving each night's head gets its serving results (simulated, in vLLM's
+format: ``flows/demo_serving.py``) ingested and judged by the ``serving-ingest`` flow: the
+culprit's deploy moves TPOT, opening a serving regression beside the kernel one.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -123,8 +128,9 @@ def demo(
     from kernelwatch.store.embedded import EmbeddedError, EmbeddedServer
 
     root = directory.resolve()
-    if (root / "repo").exists():
-        shutil.rmtree(root / "repo")
+    for stale in ("repo", "serving"):
+        if (root / stale).exists():
+            shutil.rmtree(root / stale)
     root.mkdir(parents=True, exist_ok=True)
     # Five clean nights or more make the regime tonight's point is judged against; one night
     # after the culprit shows the regression is not opened again.
@@ -180,6 +186,7 @@ def demo(
     print_nightly(last)
     for bisection in bisections:
         stderr.print(f"regression #{bisection.regression_id}: {bisection.line()}", markup=False)
+    _serve(root / "serving", made.nights, culprit_night)
     found, others = judge(_regressions(), made.culprit)
     for line in others:
         stderr.print(f"also opened: {line}", markup=False)
@@ -215,8 +222,33 @@ def judge(regressions: list[dict[str, Any]], planted: str) -> tuple[bool, list[s
 
 
 def _regressions() -> list[dict[str, Any]]:
+    """The kernel regressions of the demo repository (its serving one is judged apart)."""
     from kernelwatch.flows.tasks import store_connection
     from kernelwatch.store.triage_state import list_regressions
 
     with store_connection() as conn:
-        return list_regressions(conn, "all", "kwdemo")
+        return [r for r in list_regressions(conn, "all", "kwdemo") if r["kind"] != "serving"]
+
+
+def _serve(folder: Path, nights: Sequence[tuple[date, str]], culprit_night: int) -> None:
+    """Drop the demo deployment's serving results in ``folder`` and run the serving-ingest
+    flow over it, as the scheduled deployment would; say what it found."""
+    from kernelwatch.flows.demo_serving import METADATA, write_results
+    from kernelwatch.flows.serving_results import serving_ingest
+
+    paths = write_results(folder, nights, culprit_night)
+    summary = serving_ingest(folder=str(folder))
+    stderr.print(
+        f"serving (simulated): {summary.ingested.stored} vLLM results of "
+        f"{METADATA['deployment']} over {len(nights)} nights in {folder} "
+        f"({len(paths)} files) ingested and judged",
+        markup=False,
+    )
+    for line in summary.changes:
+        stderr.print(f"serving: {line}", markup=False)
+    for regression_id in summary.opened:
+        stderr.print(
+            f"serving: regression #{regression_id} opened (kernelwatch regressions show "
+            f"{regression_id}; dashboard kw-serving)",
+            markup=False,
+        )

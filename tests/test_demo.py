@@ -15,6 +15,7 @@ import tomllib
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from gitrepo import git
 
@@ -34,6 +35,7 @@ from kernelwatch.flows.demo_repo import (
 from kernelwatch.harness.build.stage import BuildRequest, run_build
 from kernelwatch.harness.suite import SuiteRef
 from kernelwatch.harness.worktree import checkout
+from kernelwatch.store.triage_state import show_regression
 
 #: Everything a kernel of the demo suite compiles or is declared in.
 KERNEL_FILES = (
@@ -238,3 +240,22 @@ def test_the_quick_demo_names_the_culprit_the_night_it_lands(
     assert "night 3: regression(s) (1,) opened" in proc.stderr
     assert "alerted 0 nights after it landed; bisection found it" in proc.stderr
     assert "also opened" not in proc.stderr
+    # The deployment serving each night's head: the culprit's deploy moves TPOT, one serving
+    # regression opens at its first run, and the results say they are simulated.
+    assert "serving (simulated): 16 vLLM results of kwdemo-chat over 4 nights" in proc.stderr
+    assert "serving: kwdemo-chat: p99_tpot_ms +" in proc.stderr
+    (opened,) = [line for line in proc.stderr.splitlines()
+                 if line.startswith("serving: regression #")]  # fmt: skip
+    regression_id = int(opened.split("#")[1].split()[0])
+    with psycopg.connect(pg_server.url("kernelwatch_demo")) as conn:
+        detail = show_regression(conn, regression_id)
+        heads = [sha for (sha,) in conn.execute(
+            "SELECT c.sha FROM runs r JOIN commits c ON c.id = r.commit_id "
+            "WHERE r.trigger = 'nightly' ORDER BY r.started_at"
+        )]  # fmt: skip
+    assert detail["kind"] == "serving" and detail["repository"] == "kwdemo"
+    moved = {c["metric"]: c for c in detail["serving_change_list"]}
+    assert {"median_tpot_ms", "p99_tpot_ms", "output_throughput"} <= set(moved)
+    # At the first run serving night 3's head, the one that carries the culprit.
+    assert {c["kernel_commit"] for c in moved.values()} == {heads[2]} == {detail["bad_sha"]}
+    assert {c["previous_kernel_commit"] for c in moved.values()} == {heads[1]}
