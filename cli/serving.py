@@ -16,6 +16,7 @@ from kernelwatch.cli.console import fail, stderr
 from kernelwatch.serving.formats import Given, ServingFileError, read_file
 from kernelwatch.serving.judge import ServingChange
 from kernelwatch.serving.results import ServingRun
+from kernelwatch.serving.traces import TraceError, TraceProfile, read_trace
 
 serving_app = typer.Typer(
     no_args_is_help=True,
@@ -47,10 +48,19 @@ def ingest_command(
         str | None,
         typer.Option(help="When the run started (ISO 8601), for files that record no time"),
     ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            help="A profiler trace of the run's serving step (torch.profiler's Chrome trace, "
+            "or nsys export --type sqlite): its kernels' shares of the step's GPU time. "
+            "With one result file of one run."
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Store each file's runs (idempotent: a run already stored is skipped). A file that
-    cannot be read is one error line and exit 2; the other files are still stored."""
+    cannot be read is one error line and exit 2; the other files are still stored, and so
+    is a run whose --trace cannot be read."""
     given = Given(deployment, model, engine, engine_version, gpu, gpu_count, tp, ep, dataset,
                   kernel_commit, started_at)  # fmt: skip
     read: list[tuple[Path, list[ServingRun]]] = []
@@ -60,20 +70,41 @@ def ingest_command(
             read.append((path, read_file(path, given)))
         except ServingFileError as exc:
             bad += 1
-            stderr.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            _error(str(exc))
+    profile = None
+    if trace is not None:
+        if len(files) != 1 or (read and len(read[0][1]) != 1):
+            fail("--trace belongs to one run: give one result file holding one run", code=2)
+        try:
+            profile = read_trace(trace)
+        except TraceError as exc:
+            bad += 1
+            _error(str(exc))
     if read:
-        _store(read, json_out)
+        _store(read, json_out, profile)
     if bad:
         raise typer.Exit(2)
 
 
-def _store(read: list[tuple[Path, list[ServingRun]]], json_out: bool) -> None:
-    from kernelwatch.store.serving import ingest
+def _error(message: str) -> None:
+    stderr.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _store(
+    read: list[tuple[Path, list[ServingRun]]], json_out: bool, profile: TraceProfile | None
+) -> None:
+    from kernelwatch.store.serving import ingest, ingest_trace
 
     with open_store() as conn:
         for path, runs in read:
             for run in runs:
                 stored = ingest(conn, run)
+                if profile is not None:
+                    trace_id, new = ingest_trace(conn, stored.run_pk, profile)
+                    what = "stored" if new else "already stored"
+                    stderr.print(f"trace #{trace_id} of run {stored.run_pk} {what}: "
+                                 f"{len(profile.kernels)} kernels, {profile.gpu_ns / 1e6:.3f} "
+                                 f"ms of GPU time ({profile.source})", markup=False)  # fmt: skip
                 if json_out:
                     typer.echo(json.dumps({
                         "file": str(path), "run_key": run.key, "run_pk": stored.run_pk,

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from kernelwatch.serving.judge import ServingChange, ServingFinding
 from kernelwatch.serving.results import Deployment, HistoryPoint, ServingRun
+from kernelwatch.serving.traces import KernelTime, TraceProfile
 from kernelwatch.store.triage_state import OPEN_SQL
 
 _DEPLOYMENT_COLUMNS = ("name", "model", "engine", "gpu", "gpu_count", "tp", "ep", "load",
@@ -229,3 +230,44 @@ def _commit(cur: psycopg.Cursor, sha: str) -> tuple[int, int] | None:
         (sha.replace("%", "").replace("_", "") + "%",),
     ).fetchall()
     return (rows[0][0], rows[0][1]) if len(rows) == 1 else None
+
+
+def ingest_trace(conn: psycopg.Connection, run_pk: int, profile: TraceProfile) -> tuple[int, bool]:
+    """Store a profiler trace's kernels for run ``run_pk`` in one transaction: the trace's
+    id, and False when the same file was already stored for that run (nothing written)."""
+    with conn.transaction(), conn.cursor() as cur:
+        row = cur.execute(
+            """INSERT INTO serving_traces (run_pk, digest, source, device, gpu_ns)
+            VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_pk, digest) DO NOTHING RETURNING id""",
+            (run_pk, profile.digest, profile.source, profile.device, profile.gpu_ns),
+        ).fetchone()
+        if row is None:
+            (existing,) = cur.execute(
+                "SELECT id FROM serving_traces WHERE run_pk = %s AND digest = %s",
+                (run_pk, profile.digest),
+            ).fetchone()
+            return existing, False
+        cur.executemany(
+            "INSERT INTO serving_trace_kernels (trace_id, name, short_name, launches, gpu_ns, "
+            "share) VALUES (%s, %s, %s, %s, %s, %s)",
+            [(row[0], k.name, k.short_name, k.launches, k.gpu_ns, k.share)
+             for k in profile.kernels],
+        )  # fmt: skip
+        return row[0], True
+
+
+def trace(conn: psycopg.Connection, run_pk: int) -> TraceProfile | None:
+    """The newest trace stored for run ``run_pk``; None when it has none."""
+    head = conn.execute(
+        "SELECT id, digest, source, device, gpu_ns FROM serving_traces WHERE run_pk = %s "
+        "ORDER BY ingested_at DESC, id DESC LIMIT 1",
+        (run_pk,),
+    ).fetchone()
+    if head is None:
+        return None
+    rows = conn.execute(
+        "SELECT name, short_name, launches, gpu_ns, share FROM serving_trace_kernels "
+        "WHERE trace_id = %s ORDER BY gpu_ns DESC, name",
+        (head[0],),
+    ).fetchall()
+    return TraceProfile(head[1], head[2], head[3], head[4], tuple(KernelTime(*r) for r in rows))

@@ -16,6 +16,7 @@ from serving_files import (
     sglang_text,
     vllm_result,
 )
+from trace_files import STEP, chrome_trace, cpu_only_trace, write_json
 
 
 def test_a_batch_stores_every_good_file_and_names_each_bad_one(
@@ -121,3 +122,34 @@ def test_a_stepped_history_is_judged_listed_shown_and_compared(
     )
     unknown = kernelwatch_cli("serving", "detect", "--deployment", "nope", env=env)
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
+
+
+def test_a_run_ingested_with_its_trace_and_a_bad_trace_loses_nothing(
+    kernelwatch_cli, store_url, tmp_path
+):
+    env = {"KERNELWATCH_DATABASE_URL": store_url}
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(vllm_result(requests(seed=3))))
+    trace = write_json(tmp_path / "step.pt.trace.json", chrome_trace())
+    proc = kernelwatch_cli("serving", "ingest", str(result), "--trace", str(trace), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"kernels, {sum(k.dur_ns * k.launches for k in STEP) / 1e6:.3f} ms" in proc.stderr
+
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(vllm_result(requests(seed=4), date="20261202-020000")))
+    cpu = write_json(tmp_path / "cpu.json", cpu_only_trace())
+    bad = kernelwatch_cli("serving", "ingest", str(other), "--trace", str(cpu), env=env)
+    assert bad.returncode == 2
+    (line,) = bad.stderr.strip().splitlines()
+    assert line.startswith(f"error: {cpu}: ") and "CPU-only profile" in line
+    assert "stored: ok run" in bad.stdout  # the run itself is kept
+
+    two = kernelwatch_cli("serving", "ingest", str(result), str(other), "--trace", str(trace),
+                          env=env)  # fmt: skip
+    assert two.returncode == 2 and "--trace belongs to one run" in two.stderr
+    with psycopg.connect(store_url) as conn:
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM serving_runs), (SELECT count(*) FROM serving_traces),"
+            " (SELECT count(*) FROM serving_trace_kernels)"
+        ).fetchone()
+    assert counts == (2, 1, len(STEP))
