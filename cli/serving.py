@@ -12,7 +12,7 @@ import typer
 from kernelwatch.cli.arguments import JsonOption
 from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.connection import open_store
-from kernelwatch.cli.console import fail, stderr
+from kernelwatch.cli.console import TextTable, fail, output_console, stderr
 from kernelwatch.serving.formats import Given, ServingFileError, read_file
 from kernelwatch.serving.judge import ServingChange
 from kernelwatch.serving.results import ServingRun
@@ -200,3 +200,61 @@ def compare_command(
             typer.echo(f"{v.latency} {v.statistic}: {v.verdict.verdict} "
                        f"x{v.verdict.ratio:.3f} [{v.verdict.ci_low:.3f}, {v.verdict.ci_high:.3f}]"
                        f" (n {v.verdict.n_a}/{v.verdict.n_b}): {v.verdict.reason}")  # fmt: skip
+
+
+@serving_app.command(name="explain")
+def explain_command(
+    run: Annotated[
+        int | None, typer.Argument(help="The run's id (default: the newest run with a trace)")
+    ] = None,
+    repository: Annotated[
+        str | None,
+        typer.Option(
+            help="The kernel repository to match names in (default: the one whose "
+            "commit the run served)"
+        ),
+    ] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """The run's step as its trace saw it: each GPU kernel, the kernelwatch kernel it is
+    (by the names the build stage recorded, or as the library a kernel is measured against),
+    its launches, GPU time and share of the step; unmatched kernels are listed too."""
+    from kernelwatch.serving.names import match
+    from kernelwatch.store import serving as store
+
+    with open_store() as conn:
+        pk = run if run is not None else store.latest_traced_run(conn)
+        if pk is None:
+            fail("no serving run has a trace; ingest one with kernelwatch serving ingest "
+                 "RESULT --trace FILE", code=2)  # fmt: skip
+        profile = store.trace(conn, pk)
+        if profile is None:
+            fail(f"run {pk} has no trace stored; ingest one with --trace", code=2)
+        repo = repository or store.run_repository(conn, pk)
+        known = store.known_kernels(conn, repo) if repo else []
+    matches = match(profile.kernels, known)
+    if json_out:
+        for m in matches:
+            typer.echo(json.dumps({
+                "run_pk": pk, "kernel": m.trace.name, "short_name": m.trace.short_name,
+                "matched": m.kernel, "role": m.role, "library": m.library,
+                "launches": m.trace.launches, "gpu_ns": m.trace.gpu_ns, "share": m.trace.share,
+            }))  # fmt: skip
+        return
+    where = profile.source + (f", {profile.device}" if profile.device else "")
+    table = TextTable(title=f"run {pk}: {profile.gpu_ns / 1e6:.3f} ms of kernels ({where})")
+    for column in ("trace kernel", "kernelwatch kernel", "launches", "GPU ms", "share"):
+        table.add_column(column, overflow="fold")
+    for m in matches:
+        what = m.kernel or "unmatched"
+        if m.role == "baseline":
+            what = f"{m.kernel} (its baseline, {m.library})"
+        elif m.kernel is None and m.library:
+            what = f"unmatched ({m.library})"
+        table.add_row(m.trace.short_name, what, str(m.trace.launches),
+                      f"{m.trace.gpu_ns / 1e6:.3f}", f"{m.trace.share:.1%}")  # fmt: skip
+    output_console(120).print(table)
+    matched = sum(m.trace.share for m in matches if m.kernel is not None)
+    named = repo or "no repository (give --repository)"
+    typer.echo(f"matched {matched:.1%} of the step's GPU time in {named}; "
+               f"unmatched {1 - matched:.1%}")  # fmt: skip

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from kernelwatch.serving.judge import ServingChange, ServingFinding
+from kernelwatch.serving.names import KnownKernel
 from kernelwatch.serving.results import Deployment, HistoryPoint, ServingRun
 from kernelwatch.serving.traces import KernelTime, TraceProfile
 from kernelwatch.store.triage_state import OPEN_SQL
@@ -271,3 +272,44 @@ def trace(conn: psycopg.Connection, run_pk: int) -> TraceProfile | None:
         (head[0],),
     ).fetchall()
     return TraceProfile(head[1], head[2], head[3], head[4], tuple(KernelTime(*r) for r in rows))
+
+
+def known_kernels(conn: psycopg.Connection, repository: str) -> list[KnownKernel]:
+    """The kernels of ``repository`` with the functions their builds compiled and the
+    baseline they are measured against, for matching a trace's kernel names."""
+    rows = conn.execute(
+        """SELECT k.name,
+            coalesce(array_agg(DISTINCT b.function) FILTER (WHERE b.function IS NOT NULL),
+                     '{}'),
+            coalesce((SELECT m.baseline FROM series s JOIN measurements m ON m.series_id = s.id
+                      WHERE s.kernel_id = k.id AND m.baseline IS NOT NULL LIMIT 1), '')
+        FROM kernels k JOIN repositories r ON r.id = k.repository_id
+            LEFT JOIN build_metrics b ON b.kernel_id = k.id AND b.status = 'ok'
+        WHERE r.name = %s
+        GROUP BY k.id ORDER BY k.name""",
+        (repository,),
+    ).fetchall()
+    return [KnownKernel(name, tuple(functions), baseline) for name, functions, baseline in rows]
+
+
+def latest_traced_run(conn: psycopg.Connection) -> int | None:
+    """The newest run (by start time) that has a trace stored; None when none has."""
+    row = conn.execute(
+        "SELECT r.id FROM serving_runs r WHERE EXISTS (SELECT 1 FROM serving_traces t "
+        "WHERE t.run_pk = r.id) ORDER BY r.started_at DESC, r.id DESC LIMIT 1"
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def run_repository(conn: psycopg.Connection, run_pk: int) -> str | None:
+    """The kernel repository whose commit run ``run_pk`` served: the one stored commit its
+    kernel commit is a prefix of (at least 7 characters); None when unknown or ambiguous."""
+    rows = conn.execute(
+        """SELECT p.name FROM serving_runs r
+            JOIN commits c ON length(r.kernel_commit) >= 7
+                AND c.sha LIKE replace(replace(r.kernel_commit, '%%', ''), '_', '') || '%%'
+            JOIN repositories p ON p.id = c.repository_id
+        WHERE r.id = %s LIMIT 2""",
+        (run_pk,),
+    ).fetchall()
+    return rows[0][0] if len(rows) == 1 else None
