@@ -218,7 +218,11 @@ def explain_command(
 ) -> None:
     """The run's step as its trace saw it: each GPU kernel, the kernelwatch kernel it is
     (by the names the build stage recorded, or as the library a kernel is measured against),
-    its launches, GPU time and share of the step; unmatched kernels are listed too."""
+    its launches, GPU time and share of the step; unmatched kernels are listed too. Where a
+    serving regression ends at the run (or starts right after it): how much of it the
+    kernels explain, each kernel's change between the kernel commits served before and
+    after (nightly history) times its share."""
+    from kernelwatch.serving.explain import explain
     from kernelwatch.serving.names import match
     from kernelwatch.store import serving as store
 
@@ -232,8 +236,30 @@ def explain_command(
             fail(f"run {pk} has no trace stored; ingest one with --trace", code=2)
         repo = repository or store.run_repository(conn, pk)
         known = store.known_kernels(conn, repo) if repo else []
+        around = store.changes_around(conn, pk)
+        ratios = {
+            (c.before, c.after): store.kernel_ratios(conn, repo, c.before, c.after, c.gpu)
+            for c in around
+            if repo and c.before and c.after
+        }
     matches = match(profile.kernels, known)
+    explained = [
+        (c.regression_id, explain(c.metric, 100 * c.rel_change, matches,
+                                  ratios[(c.before, c.after)], c.trace_after))
+        for c in around
+        if (c.before, c.after) in ratios
+    ]  # fmt: skip
+    unexplainable = sorted({c.regression_id for c in around if (c.before, c.after) not in ratios})
     if json_out:
+        for regression_id, e in explained:
+            typer.echo(json.dumps({
+                "run_pk": pk, "regression_id": regression_id, "metric": e.metric,
+                "observed_pct": e.observed_pct, "explained_pct": e.explained_pct,
+                "unexplained_pct": e.unexplained_pct, "sentence": e.sentence(),
+                "kernels": [{"kernel": p.kernel, "ratio": p.ratio, "share": p.share,
+                             "explained_pct": p.explained_pct} for p in e.parts],
+                "unmeasured": list(e.unmeasured), "unmatched_share": e.unmatched_share,
+            }))  # fmt: skip
         for m in matches:
             typer.echo(json.dumps({
                 "run_pk": pk, "kernel": m.trace.name, "short_name": m.trace.short_name,
@@ -258,3 +284,11 @@ def explain_command(
     named = repo or "no repository (give --repository)"
     typer.echo(f"matched {matched:.1%} of the step's GPU time in {named}; "
                f"unmatched {1 - matched:.1%}")  # fmt: skip
+    for regression_id, e in explained:
+        typer.echo(f"serving regression #{regression_id}: {e.sentence()}"
+                   + (f"; not measured at both commits: {', '.join(e.unmeasured)}"
+                      if e.unmeasured else ""))  # fmt: skip
+    for regression_id in unexplainable:
+        typer.echo(f"serving regression #{regression_id}: kernelwatch has not measured the "
+                   "kernel commits served before and after it in this repository: its "
+                   "kernels cannot explain it")  # fmt: skip

@@ -313,3 +313,74 @@ def run_repository(conn: psycopg.Connection, run_pk: int) -> str | None:
         (run_pk,),
     ).fetchall()
     return rows[0][0] if len(rows) == 1 else None
+
+
+def kernel_ratios(
+    conn: psycopg.Connection, repository: str, before: str, after: str, gpu: str = ""
+) -> dict[str, float]:
+    """Each kernel's change from commit ``before`` to ``after`` (full SHAs) in nightly
+    history: per series the ratio of the two commits' medians, per kernel the geometric
+    mean over its series measured at both (on GPU models whose name holds ``gpu``, when
+    any was; else on every GPU model)."""
+    sql = """
+    WITH pts AS (
+        SELECT k.name AS kernel, m.series_id, c.sha, s.device_model,
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY m.median_ns) AS median_ns
+        FROM measurements m
+            JOIN series s ON s.id = m.series_id
+            JOIN kernels k ON k.id = s.kernel_id
+            JOIN repositories r ON r.id = k.repository_id
+            JOIN runs u ON u.id = m.run_id
+            JOIN commits c ON c.id = u.commit_id
+        WHERE r.name = %(repo)s AND m.history AND m.status = 'ok' AND m.median_ns > 0
+            AND c.sha IN (%(before)s, %(after)s)
+        GROUP BY k.name, m.series_id, c.sha, s.device_model
+    ), pairs AS (
+        SELECT a.kernel, a.device_model, ln(b.median_ns / a.median_ns) AS log_ratio
+        FROM pts a JOIN pts b ON b.series_id = a.series_id
+        WHERE a.sha = %(before)s AND b.sha = %(after)s
+    ), chosen AS (
+        SELECT * FROM pairs WHERE %(gpu)s = '' OR NOT EXISTS (
+            SELECT 1 FROM pairs p WHERE strpos(lower(p.device_model), lower(%(gpu)s)) > 0)
+        UNION ALL
+        SELECT * FROM pairs WHERE %(gpu)s <> ''
+            AND strpos(lower(device_model), lower(%(gpu)s)) > 0
+    )
+    SELECT kernel, exp(avg(log_ratio)) FROM chosen GROUP BY kernel"""
+    rows = conn.execute(
+        sql, {"repo": repository, "before": before, "after": after, "gpu": gpu}
+    ).fetchall()
+    return {kernel: float(ratio) for kernel, ratio in rows}
+
+
+@dataclass(frozen=True)
+class RunChange:
+    """A worse metric of a serving regression that ends at a run (``trace_after``) or
+    starts after it, with the kernel commits (full SHAs, None when kernelwatch has not
+    measured them) and the deployment's GPU model."""
+
+    regression_id: int
+    metric: str
+    rel_change: float
+    trace_after: bool
+    before: str | None
+    after: str | None
+    gpu: str
+
+
+def changes_around(conn: psycopg.Connection, run_pk: int) -> list[RunChange]:
+    """The serving regressions' worse metrics whose change ends at run ``run_pk`` or
+    starts right after it, biggest first."""
+    rows = conn.execute(
+        """SELECT sc.regression_id, sc.metric, sc.rel_change, sc.run_pk = %(run)s,
+            good.sha, bad.sha, d.gpu
+        FROM serving_changes sc
+            JOIN regressions g ON g.id = sc.regression_id
+            JOIN deployments d ON d.id = sc.deployment_id
+            LEFT JOIN commits good ON good.id = g.good_commit_id
+            LEFT JOIN commits bad ON bad.id = g.bad_commit_id
+        WHERE sc.direction = 'regression' AND %(run)s IN (sc.run_pk, sc.previous_run_pk)
+        ORDER BY sc.regression_id, abs(sc.rel_change) DESC, sc.metric""",
+        {"run": run_pk},
+    ).fetchall()
+    return [RunChange(*row) for row in rows]
