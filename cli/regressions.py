@@ -163,6 +163,9 @@ def _serving_table(rows: list[dict[str, Any]]) -> TextTable:
             _short(row["kernel_commit"]),
             _short(row["previous_kernel_commit"]),
         )
+    explained = [row["explanation"] for row in rows if row["explanation"]]
+    if explained:
+        table.caption = "; ".join(explained)
     return table
 
 

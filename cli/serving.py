@@ -222,8 +222,7 @@ def explain_command(
     serving regression ends at the run (or starts right after it): how much of it the
     kernels explain, each kernel's change between the kernel commits served before and
     after (nightly history) times its share."""
-    from kernelwatch.serving.explain import explain
-    from kernelwatch.serving.names import match
+    from kernelwatch.flows.serving_results import explain_run
     from kernelwatch.store import serving as store
 
     with open_store() as conn:
@@ -231,25 +230,12 @@ def explain_command(
         if pk is None:
             fail("no serving run has a trace; ingest one with kernelwatch serving ingest "
                  "RESULT --trace FILE", code=2)  # fmt: skip
-        profile = store.trace(conn, pk)
-        if profile is None:
-            fail(f"run {pk} has no trace stored; ingest one with --trace", code=2)
-        repo = repository or store.run_repository(conn, pk)
-        known = store.known_kernels(conn, repo) if repo else []
-        around = store.changes_around(conn, pk)
-        ratios = {
-            (c.before, c.after): store.kernel_ratios(conn, repo, c.before, c.after, c.gpu)
-            for c in around
-            if repo and c.before and c.after
-        }
-    matches = match(profile.kernels, known)
-    explained = [
-        (c.regression_id, explain(c.metric, 100 * c.rel_change, matches,
-                                  ratios[(c.before, c.after)], c.trace_after))
-        for c in around
-        if (c.before, c.after) in ratios
-    ]  # fmt: skip
-    unexplainable = sorted({c.regression_id for c in around if (c.before, c.after) not in ratios})
+        found = explain_run(conn, pk, repository)
+    if found is None:
+        fail(f"run {pk} has no trace stored; ingest one with --trace", code=2)
+    profile, repo, matches = found.profile, found.repository, found.matches
+    explained = [(c.regression_id, e) for c, e in found.explained]
+    unexplainable = found.unexplainable
     if json_out:
         for regression_id, e in explained:
             typer.echo(json.dumps({

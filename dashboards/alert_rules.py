@@ -138,6 +138,8 @@ SELECT regression_id::text AS regression_id, deployment, title, metrics,
   to_char(100 * magnitude, 'FMSG990.0') || '%' AS magnitude,
   left(previous_kernel_commit, 12) || '..' || left(kernel_commit, 12) AS kernels,
   'kernelwatch regressions show ' || regression_id AS command,
+  coalesce(explanation, 'no trace either side yet: kernelwatch serving ingest --trace')
+    AS explanation,
   1 AS open
 FROM report_serving_regressions
 WHERE open AND NOT provisional
@@ -147,7 +149,8 @@ WHERE open AND NOT provisional
             severity="warning",
             kind="regression",
             summary="serving regression #{{ $labels.regression_id }}: {{ $labels.title }} "
-            "({{ $labels.magnitude }}), kernels {{ $labels.kernels }}; {{ $labels.command }}",
+            "({{ $labels.magnitude }}), kernels {{ $labels.kernels }}; "
+            "{{ $labels.explanation }}; {{ $labels.command }}",
             panel=("kw-serving", "Serving changes"),
         ),
         RuleSpec(

@@ -128,7 +128,7 @@ ORDER BY 1
                 "Serving changes",
                 f"""
 SELECT at, metric, direction, rel_change, provisional, kernel_commit, previous_kernel_commit,
-  regression_id, state, deployment, {links.window_columns("at")}
+  regression_id, state, explanation, deployment, {links.window_columns("at")}
 FROM report_serving_changes
 WHERE {_DEPLOYMENT} AND (open OR $__timeFilter(at))
 ORDER BY at DESC, abs(rel_change) DESC
@@ -140,8 +140,10 @@ ORDER BY at DESC, abs(rel_change) DESC
                 "Every change detection found in a judged metric (kernelwatch serving "
                 "detect), at the first run of the new level: which way (a latency up, a "
                 "throughput down is a regression), by how much, provisional until enough "
-                "runs follow it, the kernel commits served before and after, and the serving "
-                "regression it belongs to with its triage state."
+                "runs follow it, the kernel commits served before and after, the serving "
+                "regression it belongs to with its triage state, and what its kernels "
+                "explain of it when a run either side was traced (kernelwatch serving "
+                "explain)."
             )
             .data_links(_serving_link())
             .override_by_name("rel_change", [common.unit("percentunit")])

@@ -20,9 +20,12 @@ import psycopg
 from prefect import flow, get_run_logger
 
 from kernelwatch.analysis.thresholds import DetectorConfig
+from kernelwatch.serving.explain import Explanation, explain
 from kernelwatch.serving.formats import Given, ServingFileError, read_file
 from kernelwatch.serving.judge import ServingChange, changes, findings
+from kernelwatch.serving.names import Match, match
 from kernelwatch.serving.results import JUDGED
+from kernelwatch.serving.traces import TraceProfile
 from kernelwatch.store import serving as store
 
 ACTOR = "kernelwatch"
@@ -59,8 +62,55 @@ def judge_deployments(
         ]
         recorded = store.record(conn, deployment_id, found, findings(deployment.name, found),
                                 ACTOR)  # fmt: skip
+        # Kept on each change, so the dashboard, the alert and `regressions show` say it;
+        # recomputed each time, as a trace or a nightly may arrive after the change.
+        for run_pk in store.traced_runs_around_changes(conn, deployment_id):
+            explained = explain_run(conn, run_pk)
+            for change, e in explained.explained if explained else ():
+                store.save_explanation(conn, change.change_id, e.explained_pct, e.sentence())
         judged.append(JudgedDeployment(deployment.name, tuple(found), recorded))
     return judged
+
+
+@dataclass(frozen=True)
+class RunExplanation:
+    """A traced run's step: its kernels matched in ``repository``, and for each worse
+    change of a serving regression that ends at it or starts after it, what its kernels
+    explain; ``unexplainable``: regressions whose kernel commits kernelwatch never measured
+    in that repository."""
+
+    run_pk: int
+    profile: TraceProfile
+    repository: str | None
+    matches: tuple[Match, ...]
+    explained: tuple[tuple[store.RunChange, Explanation], ...]
+    unexplainable: tuple[int, ...]
+
+
+def explain_run(
+    conn: psycopg.Connection, run_pk: int, repository: str | None = None
+) -> RunExplanation | None:
+    """``run_pk``'s explanation (None: it has no trace); names are matched in
+    ``repository``, by default the one whose commit the run served."""
+    profile = store.trace(conn, run_pk)
+    if profile is None:
+        return None
+    repo = repository or store.run_repository(conn, run_pk)
+    matches = tuple(match(profile.kernels, store.known_kernels(conn, repo) if repo else []))
+    explained = []
+    unexplainable: set[int] = set()
+    ratios: dict[tuple[str, str], dict[str, float]] = {}
+    for c in store.changes_around(conn, run_pk):
+        if not (repo and c.before and c.after):
+            unexplainable.add(c.regression_id)
+            continue
+        key = (c.before, c.after)
+        if key not in ratios:
+            ratios[key] = store.kernel_ratios(conn, repo, c.before, c.after, c.gpu)
+        e = explain(c.metric, 100 * c.rel_change, matches, ratios[key], c.trace_after)
+        explained.append((c, e))
+    return RunExplanation(run_pk, profile, repo, matches, tuple(explained),
+                          tuple(sorted(unexplainable)))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -359,6 +359,7 @@ class RunChange:
     starts after it, with the kernel commits (full SHAs, None when kernelwatch has not
     measured them) and the deployment's GPU model."""
 
+    change_id: int
     regression_id: int
     metric: str
     rel_change: float
@@ -372,7 +373,7 @@ def changes_around(conn: psycopg.Connection, run_pk: int) -> list[RunChange]:
     """The serving regressions' worse metrics whose change ends at run ``run_pk`` or
     starts right after it, biggest first."""
     rows = conn.execute(
-        """SELECT sc.regression_id, sc.metric, sc.rel_change, sc.run_pk = %(run)s,
+        """SELECT sc.id, sc.regression_id, sc.metric, sc.rel_change, sc.run_pk = %(run)s,
             good.sha, bad.sha, d.gpu
         FROM serving_changes sc
             JOIN regressions g ON g.id = sc.regression_id
@@ -384,3 +385,28 @@ def changes_around(conn: psycopg.Connection, run_pk: int) -> list[RunChange]:
         {"run": run_pk},
     ).fetchall()
     return [RunChange(*row) for row in rows]
+
+
+def save_explanation(
+    conn: psycopg.Connection, change_id: int, explained_pct: float, sentence: str
+) -> None:
+    """Keep what the kernels explain of serving change ``change_id``."""
+    with conn.transaction():
+        conn.execute(
+            "UPDATE serving_changes SET explained_pct = %s, explanation = %s WHERE id = %s",
+            (explained_pct, sentence, change_id),
+        )
+
+
+def traced_runs_around_changes(conn: psycopg.Connection, deployment_id: int) -> list[int]:
+    """The deployment's traced runs at which a worse change of a serving regression ends
+    or after which one starts, oldest first."""
+    rows = conn.execute(
+        """SELECT DISTINCT t.run_pk, r.started_at FROM serving_traces t
+            JOIN serving_runs r ON r.id = t.run_pk
+            JOIN serving_changes sc ON t.run_pk IN (sc.run_pk, sc.previous_run_pk)
+        WHERE sc.deployment_id = %s AND sc.regression_id IS NOT NULL
+        ORDER BY r.started_at, t.run_pk""",
+        (deployment_id,),
+    ).fetchall()
+    return [row[0] for row in rows]

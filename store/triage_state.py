@@ -77,7 +77,7 @@ def show_regression(conn: psycopg.Connection, regression_id: int) -> dict[str, A
             SELECT d.name AS deployment, sc.metric, sc.direction, sc.rel_change,
                 sc.provisional, r.started_at, r.kernel_commit,
                 p.kernel_commit AS previous_kernel_commit, r.id AS run_pk,
-                p.id AS previous_run_pk
+                p.id AS previous_run_pk, sc.explanation
             FROM serving_changes sc
                 JOIN deployments d ON d.id = sc.deployment_id
                 JOIN serving_runs r ON r.id = sc.run_pk

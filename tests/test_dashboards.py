@@ -1431,6 +1431,7 @@ def test_a_serving_regression_fires_its_own_rule_and_lists_with_its_repository(s
     assert fired["regression_id"] == str(seeded.serving_regression)
     assert fired["deployment"] == DEPLOYMENT and fired["metrics"] == "p99_tpot_ms"
     assert fired["kernels"] == f"{sha(PLANT_DAY - 1)[:12]}..{sha(PLANT_DAY)[:12]}"
+    assert fired["explanation"].startswith("no trace either side yet")
     announced = {i["regression_id"] for i in _firing(reader, rules["kw-regression-open"])}
     assert str(seeded.serving_regression) not in announced  # one announcement, not two
     # Its bad kernel commit is the seeded repository's: it is on that fleet overview.

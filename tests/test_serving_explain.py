@@ -132,6 +132,12 @@ def test_a_planted_kernel_slowdown_explains_the_serving_step_it_caused(
     assert abs(explanation["explained_pct"] - PREDICTED_PCT) < 1.0
     assert abs(explanation["unexplained_pct"]) < 1.5
 
+    # Judging kept it on the regression: `regressions show`, the dashboard and the alert.
+    shown = kernelwatch_cli("regressions", "show", str(regression_id), "--json", env=env)
+    (tpot,) = [c for c in json.loads(shown.stdout)["serving_change_list"]
+               if c["metric"] == "p99_tpot_ms"]  # fmt: skip
+    assert tpot["explanation"] == explanation["sentence"]
+
     text = kernelwatch_cli("serving", "explain", str(run_pk), env=env)
     assert f"serving regression #{regression_id}: p99_tpot_ms +" in text.stdout
     assert "kernels explain +5." in text.stdout and "fused_moe +14% x" in text.stdout

@@ -3,7 +3,8 @@
 - ``serving_changes``: a change point of one judged metric of a deployment, at the first run
   of the new level (``run_pk``) after the last of the old (``previous_run_pk``); the kernel
   commits each served are those runs'. Unique per (deployment, metric, run): judging again
-  finds the same change, and a provisional one becomes settled in place.
+  finds the same change, and a provisional one becomes settled in place. Where a run either
+  side has a trace, what the kernels explain of it (``explained_pct``, ``explanation``).
 - ``regressions`` holds serving regressions too (``kind`` serving): ``deployment_id`` set,
   ``repository_id`` the kernel repository whose commit the bad run served when kernelwatch
   knows that commit (null otherwise), so every triage command, view and alert that lists
@@ -71,6 +72,9 @@ CREATE TABLE serving_changes (
     p_value          double precision NOT NULL,
     provisional      boolean NOT NULL,
     regression_id    bigint REFERENCES regressions(id) ON DELETE SET NULL,
+    -- what the kernels explain of it, from a traced run either side (null: no trace yet)
+    explained_pct    double precision,
+    explanation      text,
     detected_at      timestamptz NOT NULL DEFAULT now(),
     UNIQUE (deployment_id, metric, run_pk)
 );
@@ -156,7 +160,7 @@ WHERE bad.author_time > was_c.author_time AND bad.author_time <= now_c.author_ti
 SELECT d.name AS deployment, sc.metric, sc.direction, sc.rel_change, sc.provisional,
     r.started_at AS at, r.kernel_commit, p.started_at AS previous_at,
     p.kernel_commit AS previous_kernel_commit, sc.regression_id, g.state,
-    g.state IN {OPEN_STATES} AS open
+    g.state IN {OPEN_STATES} AS open, sc.explained_pct, sc.explanation
 FROM serving_changes sc
     JOIN deployments d ON d.id = sc.deployment_id
     JOIN serving_runs r ON r.id = sc.run_pk
@@ -168,7 +172,9 @@ SELECT g.id AS regression_id, d.name AS deployment, g.title, g.state,
     bool_and(sc.provisional) AS provisional,
     string_agg(sc.metric, ', ' ORDER BY abs(sc.rel_change) DESC) AS metrics,
     min(r.started_at) AS at, min(r.kernel_commit) AS kernel_commit,
-    min(p.kernel_commit) AS previous_kernel_commit
+    min(p.kernel_commit) AS previous_kernel_commit,
+    (array_agg(sc.explanation ORDER BY abs(sc.rel_change) DESC)
+        FILTER (WHERE sc.explanation IS NOT NULL))[1] AS explanation
 FROM regressions g
     JOIN deployments d ON d.id = g.deployment_id
     JOIN serving_changes sc ON sc.regression_id = g.id
