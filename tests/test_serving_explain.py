@@ -141,3 +141,34 @@ def test_a_planted_kernel_slowdown_explains_the_serving_step_it_caused(
     text = kernelwatch_cli("serving", "explain", str(run_pk), env=env)
     assert f"serving regression #{regression_id}: p99_tpot_ms +" in text.stdout
     assert "kernels explain +5." in text.stdout and "fused_moe +14% x" in text.stdout
+
+
+def test_a_regression_on_commits_kernelwatch_never_measured_is_not_attributed(
+    kernelwatch_cli, store_url, tmp_path
+):
+    rng = np.random.default_rng(3)
+    paths = []
+    for i in range(35):
+        level = 20.0 if i < 20 else 21.2
+        result = vllm_result(
+            requests(n=12, tokens=6, seed=i),
+            {**METADATA, "kernel_commit": f"{i:02d}" + "f" * 38},
+            date=(START + timedelta(days=i)).strftime("%Y%m%d-%H%M%S"),
+            p99_tpot_ms=level * rng.lognormal(0, 0.005), output_throughput=5000.0,
+        )  # fmt: skip
+        paths.append(write_json(tmp_path / f"night-{i:02d}.json", result))
+    env = {"KERNELWATCH_DATABASE_URL": store_url}
+    trace = write_json(tmp_path / "trace.json", chrome_trace())
+    assert kernelwatch_cli("serving", "ingest", *map(str, paths[:20]), *map(str, paths[21:]),
+                           env=env).returncode == 0  # fmt: skip
+    traced = kernelwatch_cli("serving", "ingest", str(paths[20]), "--json", "--trace",
+                             str(trace), env=env)  # fmt: skip
+    run_pk = json.loads(traced.stdout)["run_pk"]
+    detect = kernelwatch_cli("serving", "detect", "--json", env=env)
+    (regression_id,) = json.loads(detect.stdout)["opened"]
+    shown = kernelwatch_cli("serving", "explain", str(run_pk), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "no repository (give --repository)" in shown.stdout
+    assert (f"serving regression #{regression_id}: kernelwatch has not measured the kernel "
+            "commits") in shown.stdout  # fmt: skip
+    assert "kernels explain" not in shown.stdout
