@@ -319,7 +319,7 @@ class Runner:
             except (OSError, ValueError, AttributeError) as exc:
                 _refuse(job, f"refused job {job.id}: {exc}")
                 return
-            from kernelwatch.harness.sandbox import SandboxError, child_env, contained, sandbox
+            from kernelwatch.harness.sandbox import SandboxError, contained, sandbox
 
             try:
                 # Per job thread: the permission is a context variable, and a new thread
@@ -332,7 +332,7 @@ class Runner:
                     box.exposed.update(
                         p for p in env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isdir(p)
                     )
-                    code = self._execute(job, module, child_env(env, box.home), box)
+                    code = self._execute(job, module, box.env(source=env), box)
             except SandboxError as exc:
                 _refuse(job, f"cannot sandbox job {job.id} here: {exc}")
                 return

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import getpass
 import grp
 import json
 import os
@@ -109,9 +110,21 @@ def child_env(source: Mapping[str, str], home: Path) -> dict[str, str]:
     return env
 
 
+def _own_name() -> str:
+    """This process's user name, or one made up for a uid with no account (a container run
+    under an arbitrary uid)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"kw-sandbox-{os.getuid()}"
+
+
 @dataclass(frozen=True)
 class Identity:
-    """The user a child runs as: None for this process's own."""
+    """The user a child runs as: None for this process's own. A leased uid has no account, so
+    its ``name`` is one made up for it and passed as ``USER`` and ``LOGNAME``: without them
+    ``getpass.getuser()`` (torch's CuTe DSL cache, Inductor's cache directory) asks the
+    password database and raises ``KeyError``."""
 
     name: str
     uid: int
@@ -151,9 +164,15 @@ class Sandbox:
     def home(self) -> Path:
         return self.root / "home"
 
-    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The child's environment (:func:`child_env`), plus ``extra`` set by the platform."""
-        return {**child_env(os.environ, self.home), **(extra or {})}
+    def env(
+        self, extra: Mapping[str, str] | None = None, source: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The child's environment (:func:`child_env` of ``source``, by default this
+        process's) with the name of the user it runs as, plus ``extra`` set by the platform."""
+        env = child_env(os.environ if source is None else source, self.home)
+        name = self.identity.name if self.identity is not None else _own_name()
+        env.update(USER=name, LOGNAME=name)
+        return {**env, **(extra or {})}
 
     def command(self, argv: list[str], own_pids: bool = True) -> list[str]:
         """``argv`` wrapped to run in fresh namespaces and as the sandbox user, always under
@@ -411,7 +430,7 @@ def leased_identity() -> Iterator[Identity | None]:
             os.close(fd)
             continue
         try:
-            yield Identity(f"uid {uid}", uid, uid)
+            yield Identity(f"kw-sandbox-{uid}", uid, uid)
         finally:
             _sweep(uid)
             os.close(fd)

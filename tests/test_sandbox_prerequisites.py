@@ -6,6 +6,8 @@ sandbox leases a uid of its own, which needs no account (so no ``useradd``)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -89,3 +91,27 @@ def test_a_held_sandbox_is_shared_and_removed_once_at_the_end():
     assert not box.root.exists()
     with sandbox() as fresh:
         assert fresh is not box
+
+
+@root_only
+def test_a_leased_uid_with_no_account_still_has_a_user_name(monkeypatch):
+    """The H200 self-check of 2026-12-04 (docs/gpu/h200-2026-12-04/): two flash_attention
+    decode cases failed with ``KeyError: getpwuid(): uid not found: 62000``, since code the
+    child runs (torch's vendored CuTe DSL cache, Inductor's cache directory) asks
+    ``getpass.getuser()``, which falls back to the password database when ``USER`` and
+    ``LOGNAME`` are unset, and a leased uid has no entry there."""
+    monkeypatch.delenv(sandbox_module.USER_ENV, raising=False)
+    probe = "import getpass, os; print(getpass.getuser(), os.path.expanduser('~'), os.getuid())"
+    with sandbox() as box:
+        done = subprocess.run(
+            box.command([sys.executable, "-c", probe]),
+            env=box.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        name, home, uid = done.stdout.split()
+        assert int(uid) == box.identity.uid
+        assert name == box.identity.name and " " not in name
+        assert home == str(box.home)
