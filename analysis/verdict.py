@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from kernelwatch.analysis.confirm import counted_samples, rank_test
 from kernelwatch.analysis.thresholds import VerdictConfig
@@ -171,6 +170,8 @@ def _significance(a: np.ndarray, b: np.ndarray, quantile: float) -> float:
     cut = np.quantile(np.concatenate([a, b]), quantile)
     above_a, above_b = int((a > cut).sum()), int((b > cut).sum())
     table = [[above_a, a.size - above_a], [above_b, b.size - above_b]]
+    from scipy import stats  # here: the import costs every command 1.7 s of CPU
+
     return float(stats.fisher_exact(table).pvalue)
 
 

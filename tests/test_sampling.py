@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -67,6 +69,34 @@ def test_ci_rank_matches_the_textbook_and_has_coverage():
         assert coverage >= 0.95
         # and one rank tighter would fall short: the interval is the narrowest
         assert 1 - 2 * binom.cdf(lower + 1, n, 0.5) < 0.95
+
+
+def test_ci_rank_is_scipy_stats_binomials_for_every_count_and_confidence():
+    """The rank comes from ``scipy.special.bdtr`` (the binomial CDF) since importing
+    ``scipy.stats`` costs every timing child and ``kernelwatch`` command about 1.7 s of CPU:
+    the same rank as the definition over ``scipy.stats.binom`` for each count to 3,000, and
+    for counts a long budget reaches."""
+
+    def by_stats(n: int, confidence: float) -> int:
+        half_alpha = (1.0 - confidence) / 2.0
+        k = int(binom.ppf(half_alpha, n, 0.5))
+        return k - 1 if binom.cdf(k, n, 0.5) > half_alpha else k
+
+    counts = [*range(1, 3001), 10_007, 65_536, 250_001, 1_000_000]
+    for confidence in (0.95, 0.99, 0.9):
+        assert [ci_rank(n, confidence) for n in counts] == [by_stats(n, confidence) for n in counts]
+
+
+def test_a_process_that_times_or_runs_a_command_loads_no_scipy_stats():
+    probe = (
+        "import sys, kernelwatch.harness.timing.measurement, kernelwatch.cli.main; "
+        "from kernelwatch.harness.timing.sampling import median_ci; "
+        "median_ci([float(i) for i in range(50)]); "
+        "print('scipy.stats' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_median_ci_brackets_the_median_and_full_range_below_six():
