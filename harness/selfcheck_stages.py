@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -198,10 +199,18 @@ class ChildBackend:
     def ncu(self, plan: SelfcheckPlan, stop_at: float) -> dict[str, Any]:
         """The %SOL case launched in a run of its own inside ``ncu``, which profiles its first
         launches with caches flushed and clocks left alone (as ours run). That run's own
-        timing is not used: ncu serialises and replays what it profiles."""
+        timing is not used: ncu serialises and replays what it profiles.
+
+        ncu runs inside the child's jail, as the sandbox user: its folder is exposed there
+        and its log kept in the sandbox's own temporary folder (the parent's is hidden), and
+        when the run fails the error ends with what ncu last logged (a permission it lacks,
+        a kernel it did not find), which it prints nowhere else."""
         ncu = shutil.which("ncu")
-        assert ncu is not None
-        with tempfile.TemporaryDirectory(prefix="kernelwatch-ncu-") as tmp:
+        assert ncu is not None and self._box is not None, "enter the backend first"
+        self._box.exposed.add(str(Path(ncu).resolve().parent))
+        with tempfile.TemporaryDirectory(prefix="ncu-", dir=self._box.root / "tmp") as tmp:
+            if self._box.identity is not None:
+                os.chown(tmp, self._box.identity.uid, self._box.identity.gid)
             log = Path(tmp) / "ncu.csv"
             wrapper = (
                 ncu, "--csv", "--log-file", str(log), "--metrics", "gpu__time_duration.sum",
@@ -211,7 +220,11 @@ class ChildBackend:
             )  # fmt: skip
             options = replace(plan.options, steps=("sol",))
             request = SelfcheckRequest(plan.suite, options, stop_at, wrapper)
-            sol = dict(run_selfcheck(request, lambda message: None)).get("sol") or {}
+            try:
+                sol = dict(run_selfcheck(request, lambda message: None)).get("sol") or {}
+            except SuiteError as exc:
+                said = _last_lines(log)
+                raise SuiteError(f"{exc}; ncu logged: {said}" if said else str(exc)) from exc
             text = log.read_text(errors="replace") if log.exists() else ""
         durations = parse_ncu_durations(text)
         return {
@@ -221,6 +234,14 @@ class ChildBackend:
             "ncu_ns": durations,
             "note": "" if durations else (text.strip().splitlines() or ["no ncu output"])[-1],
         }
+
+
+def _last_lines(log: Path, count: int = 3) -> str:
+    """The last ``count`` non-blank lines of ncu's log, joined, or "" when there is none."""
+    if not log.exists():
+        return ""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+    return " | ".join([line for line in lines if line][-count:])
 
 
 #: A finding (a dataclass: ``selfcheck.json`` keeps it as ``asdict`` writes it).
