@@ -80,9 +80,9 @@ STAGES: tuple[tuple[str, float], ...] = (
 MIN_STAGE_S = 10.0
 #: Kernel launches ncu profiles.
 NCU_LAUNCHES = 20
-#: The first A/A process autotunes and launches the fresh kernels: it gets this many shares
-#: of the stage's time to each later process's one.
-FIRST_PROCESS_SHARES = 2.0
+#: The A/A stage's check autotunes and compiles its cases: it gets this many shares of the
+#: stage's time to each measuring process's one.
+CHECK_SHARES = 2.0
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,11 @@ class Judging(Generic[F]):
     settled: Callable[[list[F]], bool]
 
 
-_UNITS_NS = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
+#: ncu's duration units, long (older releases) and short (2025's, on the H200).
+_UNITS_NS = {
+    "nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
+    "ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9,
+}  # fmt: skip
 
 
 def parse_ncu_durations(text: str) -> list[float]:
@@ -504,10 +508,24 @@ def _aa(run: _Run, stop_at: float) -> None:
     def planned(cases: int) -> None:
         aa["planned"] = cases * (count // 2)
 
-    options = plan.aa_options
-    shares = [FIRST_PROCESS_SHARES, *[1.0] * (count - 1)]
+    shares = [CHECK_SHARES, *[1.0] * count]
+
+    def until(step: int) -> float:
+        return clock() + (stop_at - clock()) * shares[step] / sum(shares[step:])
+
+    # Every process launches the configs a check of these cases chose, as a PR's A/B pins
+    # its check's on both sides: an A/A then compares timing, not two autotuning races, nor
+    # an autotuned process with pinned ones (on the H200 the one that had autotuned read
+    # 2-6% faster than the others on every few-microsecond kernel).
+    chooser = CheckRequest(
+        workload=plan.options.workload,
+        seed=0,
+        cases_per_kernel=plan.aa_cases_per_kernel,
+        **_selection(plan, until(0)),
+    )
+    pins = pins_from_records(run.backend.checks(chooser, lambda cases: None))
+    options = replace(plan.aa_options, pins=pins, pin_source="checked")
     for index in range(count):
-        until = clock() + (stop_at - clock()) * shares[index] / sum(shares[index:])
         seed = index + 1
         aa["seeds"].append(seed)
         request = BenchRequest(
@@ -515,11 +533,9 @@ def _aa(run: _Run, stop_at: float) -> None:
             options=options,
             seed=seed,
             cases_per_kernel=plan.aa_cases_per_kernel,
-            **_selection(plan, until),
+            **_selection(plan, until(seed)),
         )
-        taken: list[Measurement] = []
         for record in run.backend.benches(request, planned):
-            taken.append(record)
             label = record.case.label()
             row = rows.setdefault(
                 f"{record.case.kernel} {label} {record.case.dtype}",
@@ -528,10 +544,6 @@ def _aa(run: _Run, stop_at: float) -> None:
             if len(row["records"]) == index:  # a case every earlier process reached
                 row["records"].append(record)
                 publish()
-        if index == 0:
-            # The later processes launch what the first chose: one autotuning per shape, and
-            # an A/A that compares timing, not two autotuning races.
-            options = replace(options, pins=pins_from_records(taken), pin_source="checked")
         publish()
         if clock() >= stop_at:
             break

@@ -49,7 +49,7 @@ class ScriptedBackend:
         return self.now
 
     processes: list[BenchRequest] = field(default_factory=list)
-    checked: CheckRequest | None = None
+    checked: list[CheckRequest] = field(default_factory=list)
 
     def _spend(self, stage: str, stop_at: float | None, parts: int = 1) -> None:
         """Spend a ``parts``-th of the stage's time (its A/A processes share it)."""
@@ -68,10 +68,16 @@ class ScriptedBackend:
     def checks(
         self, request: CheckRequest, on_plan: Callable[[int], None]
     ) -> Iterator[CorrectnessResult]:
-        self.checked = request
+        """The bf16 check (pinned configs), or the A/A stage's own check of its cases, which
+        autotunes them and passes both."""
+        self.checked.append(request)
         on_plan(3)
-        self._spend("correctness", request.stop_at)
+        if not request.autotune:
+            self._spend("correctness", request.stop_at)
+            yield correctness()
+            return
         yield correctness()
+        yield correctness(replace(CASE, params={"rows": 1, "hidden": 8}))
 
     def benches(
         self, request: BenchRequest, on_plan: Callable[[int], None]
@@ -240,32 +246,39 @@ def test_the_report_folder_holds_each_stage_and_what_the_judging_made_of_them(tm
     assert checks["planned"] == 3 and checks["cases"][0]["verdict"] == "pass"
 
 
-def test_the_a_a_processes_draw_their_own_inputs_and_launch_the_configs_the_first_chose(
+def test_every_a_a_process_draws_its_own_inputs_and_launches_the_configs_a_check_chose(
     tmp_path,
 ):
+    """As a PR's A/B does (its check's configs pinned on both sides): the H200 self-check of
+    2026-12-04 let the first of its processes autotune and pinned the others to its choice,
+    and that first process read 2-6% faster than the three others on every few-microsecond
+    kernel, so each first pair was SLOWER while the second was within 1%."""
     backend = ScriptedBackend()
     _run(backend, tmp_path)
-    first, *later = backend.processes
+    bf16, chooser = backend.checked
+    # The bf16 check launches the pinned configs: no autotuning at smoke shapes.
+    assert bf16.autotune is False
+    assert chooser.autotune is True and chooser.workload == SelfcheckPlan().options.workload
+    assert chooser.cases_per_kernel == SelfcheckPlan().aa_cases_per_kernel
     assert [p.seed for p in backend.processes] == [1, 2, 3, 4]
-    assert first.options.pins == {}
-    chosen = measurement().config
-    for process in later:
+    chosen = correctness().config
+    for process in backend.processes:
         assert process.options.pin_source == "checked"
         assert process.options.pins["rms_norm"] == {"rows=1 hidden=8 / fp16": chosen,
                                                     f"{CASE.label()} / fp16": chosen}  # fmt: skip
-    assert all(p.cases_per_kernel == SelfcheckPlan().aa_cases_per_kernel for p in later)
-    # The bf16 check launches the pinned configs: no autotuning at smoke shapes.
-    assert backend.checked.autotune is False
+        assert process.cases_per_kernel == SelfcheckPlan().aa_cases_per_kernel
 
 
-def test_the_first_a_a_process_gets_two_shares_of_the_stage_and_each_later_one_one(tmp_path):
+def test_the_a_a_check_gets_two_shares_of_the_stage_and_each_process_one(tmp_path):
     backend = ScriptedBackend(took={"aa": 0.0})
     _run(backend, tmp_path, deadline_s=SHARES)
     shares = dict(STAGES)
     begin = START + 2.0  # measurements and correctness took a second each
     window = START + SHARES - shares["ncu"] - begin
+    assert backend.checked[1].stop_at == pytest.approx(begin + window * 2 / 6)
     stops = [p.stop_at for p in backend.processes]
-    assert stops[0] == pytest.approx(begin + window * 2 / 5)
+    # The check took no time here: what it left goes to the processes, a quarter each.
+    assert stops[0] == pytest.approx(begin + window / 4)
     assert stops[-1] == pytest.approx(START + SHARES - shares["ncu"])
 
 
@@ -294,6 +307,19 @@ def test_ncu_durations_in_every_unit_and_rows_without_a_number_are_left_out():
     ]
     text = "\n".join(["==PROF== Disconnected from process 1", header, *rows])
     assert parse_ncu_durations(text) == pytest.approx([1_500_000.0, 1_250.0, 2_000.0])
+    # What ncu wrote on the H200 (2026-12-04): short units, a thousands separator.
+    h200 = [
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+        '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+        '"Metric Value"',
+        '"19","26","python3.12","127.0.0.1","silu_and_mul_kernel","1","13","(128, 1, 1)",'
+        '"(16384, 28, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum",'
+        '"ns","666,272"',
+        '"20","26","python3.12","127.0.0.1","silu_and_mul_kernel","1","13","(128, 1, 1)",'
+        '"(16384, 28, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum",'
+        '"us","665.90"',
+    ]
+    assert parse_ncu_durations("\n".join(h200)) == pytest.approx([666_272.0, 665_900.0])
     assert parse_ncu_durations("") == []
 
 
