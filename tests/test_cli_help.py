@@ -5,6 +5,7 @@ markup and dropped."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import re
 from collections.abc import Iterator
 
@@ -85,3 +86,43 @@ def test_regressions_update_names_its_toml_tables():
     assert "The thresholds are kernelwatch.toml's ([detection], per-kernel [[thresholds]])." in (
         _help(("regressions", "update"))
     )
+
+
+def _premature_breaks(output: str) -> list[str]:
+    """Rows of a help panel that end where the next row's first word would still have fit:
+    a line break kept from the source text, not Rich wrapping at the panel's width."""
+    found = []
+    lines = output.splitlines()
+    for previous, line in itertools.pairwise(lines):
+        if previous.strip() and line.startswith(" ") and previous.startswith(" "):
+            # The command's own paragraphs, above the panels, wrap at the full width.
+            first = line.split()[0] if line.strip() else ""
+            if first and len(previous.rstrip()) + 1 + len(first) <= len(line) - 1:
+                found.append(f"{previous.strip()!r} then {first!r}")
+            continue
+        if not (line.startswith("│") and previous.startswith("│")):
+            continue
+        body, earlier = line[1 : line.rfind("│")], previous[1 : previous.rfind("│")]
+        column = len(body) - len(body.lstrip())
+        if column <= 1 or not body.strip() or len(earlier) <= column:
+            continue
+        # A continuation: the row above has a word that starts in this row's column.
+        if earlier[column - 1] != " " or earlier[column] == " ":
+            continue
+        first = body.split()[0]
+        # The next option's row, or Typer's "[default: ...]" and "[required]", which start a
+        # line of their own by design.
+        if first.startswith(("-", "[")):
+            continue
+        if len(earlier.rstrip()) + 1 + len(first) <= len(body) - 1:
+            found.append(f"{earlier.strip()!r} then {first!r}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(WRITTEN), ids=lambda path: " ".join(path) or "kernelwatch")
+def test_help_wraps_as_paragraphs_at_80_columns(path):
+    """Issue 45: ``kernelwatch --help`` at 80 columns broke 17 command descriptions where the
+    docstrings' own lines ended ("a binary search on", then "interleaved A/B" alone)."""
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert _premature_breaks(result.output) == []
