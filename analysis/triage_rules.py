@@ -129,9 +129,3 @@ def reset_baseline(triage: Triage, change_index: int, reset_at: int) -> Triage:
     if triage.state not in OPEN or change_index > reset_at:
         return triage
     return move(triage, "wont_fix", note=f"intended change: baseline reset at point {reset_at}")
-
-
-def detection_start(n: int, resets: Sequence[int]) -> int:
-    """First point detection should look at in a series of ``n`` points: the latest
-    baseline reset inside it (history before it stays stored, but no longer alerts)."""
-    return max((r for r in resets if 0 <= r < n), default=0)

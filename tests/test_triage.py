@@ -11,7 +11,6 @@ from kernelwatch.analysis.triage_rules import (
     Triage,
     TriageError,
     auto_close,
-    detection_start,
     move,
     recovery_index,
     reset_baseline,
@@ -65,13 +64,11 @@ def test_a_partial_fix_does_not_close_the_alert():
     assert auto_close(Triage(), None).state == "untriaged"
 
 
-def test_a_baseline_reset_closes_alerts_up_to_it_and_moves_the_detection_start():
+def test_a_baseline_reset_closes_alerts_up_to_it():
     closed = reset_baseline(Triage(), change_index=50, reset_at=50)
     assert closed.state == "wont_fix"
     assert "intended" in closed.notes[-1]
     assert reset_baseline(Triage(), change_index=80, reset_at=50).state == "untriaged"
-    assert detection_start(120, [30, 50, 500]) == 50
-    assert detection_start(120, []) == 0
 
 
 def test_a_return_the_detector_missed_still_shows_in_the_recent_level():
@@ -141,11 +138,3 @@ def test_a_reset_after_the_change_closes_it_and_a_reset_before_leaves_it_open():
     assert reset_baseline(Triage(), change_index=51, reset_at=50).state == "untriaged"
     closed = move(Triage(), "fixed")
     assert reset_baseline(closed, change_index=40, reset_at=50) == closed
-
-
-@pytest.mark.parametrize(
-    ("resets", "start"),
-    [([-5], 0), ([-1], 0), ([120], 0), ([119], 119), ([0, 7], 7), ([7, 0], 7)],
-)
-def test_only_resets_inside_the_series_move_the_detection_start(resets, start):
-    assert detection_start(120, resets) == start
