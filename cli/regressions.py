@@ -86,12 +86,13 @@ def update(
     points, open one regression per culprit range, close those whose series recovered. The
     thresholds are kernelwatch.toml's ([detection], per-kernel [[thresholds]])."""
     from kernelwatch.flows.detection import detect_and_alert
+    from kernelwatch.store.report_queries import repositories
     from kernelwatch.store.series_history import repository_id
 
     config = configuration()
     with open_store(config.database) as conn:
         if repository_id(conn, repository) is None:
-            known = [r for (r,) in conn.execute("SELECT name FROM repositories ORDER BY name")]
+            known = repositories(conn)
             fail(
                 f"no repository {repository!r} in the store; stored: {', '.join(known) or 'none'}",
                 2,

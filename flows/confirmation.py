@@ -66,6 +66,7 @@ from kernelwatch.store.suspects import (
     night_run,
     previous_nightly,
 )
+from kernelwatch.store.triage_state import add_event
 
 CONFIRM_DETECTOR = "kw-ab-confirm-1"
 ACTOR = "kernelwatch"
@@ -284,7 +285,7 @@ def _write(
     static_rows = [_static_row(tonight, previous, f) for f in findings]
     joined = [r for r in static_rows if r.kernel in by_kernel]
     for row in joined:
-        _note(cur, by_kernel[row.kernel], f"static: {row.suspicion}")
+        add_event(cur, by_kernel[row.kernel], ACTOR, f"static: {row.suspicion}")
     rows += [_joined(r, by_kernel[r.kernel]) for r in joined]
     alone = [r for r in static_rows if r.kernel not in by_kernel]
     if alone:
@@ -382,13 +383,6 @@ def _open_deterministic(
             note=f"opened the night it landed, against the previous nightly head: {why}",
         ),
         ACTOR,
-    )
-
-
-def _note(cur: psycopg.Cursor, regression_id: int, note: str) -> None:
-    cur.execute(
-        "INSERT INTO regression_events (regression_id, actor, note) VALUES (%s, %s, %s)",
-        (regression_id, ACTOR, note),
     )
 
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kernelwatch.config.settings import RepositoryConfig
+from kernelwatch.harness.ab_sides import run_ab
 from kernelwatch.harness.build.cache import default_cache_dir
 from kernelwatch.harness.build.stage import BuildRequest, run_build
 from kernelwatch.harness.records import (
@@ -31,7 +32,6 @@ from kernelwatch.harness.supervise import (
     BenchRequest,
     CheckRequest,
     died,
-    run_ab,
     run_benches,
     run_checks,
 )

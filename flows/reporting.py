@@ -15,7 +15,7 @@ from kernelwatch.flows.notify import RegressionNotice, bisect_command
 from kernelwatch.flows.tasks import store_connection
 from kernelwatch.report.html import write_nightly_report
 from kernelwatch.report.repro import repository_sources
-from kernelwatch.store.report_queries import RunNotFound
+from kernelwatch.store.report_queries import RunNotFound, repro_at
 from kernelwatch.store.triage_state import show_regression
 
 
@@ -72,13 +72,9 @@ def notice(
 def _next_command(conn: psycopg.Connection, row: dict, worst: dict | None) -> str:
     """The culprit's repro command on the worst-moved series, else the bisection's."""
     if row.get("culprit_sha") and worst is not None:
-        found = conn.execute(
-            "SELECT repro FROM report_history_points WHERE series_key = %s AND commit_sha = %s "
-            "ORDER BY measured_at LIMIT 1",
-            (worst["series_key"], row["culprit_sha"]),
-        ).fetchone()
+        found = repro_at(conn, worst["series_key"], row["culprit_sha"])
         if found is not None:
-            return found[0]
+            return found
     return bisect_command(row["regression_id"], row["repository"])
 
 

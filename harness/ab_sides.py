@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from kernelwatch.harness.channel import Forged
 from kernelwatch.harness.child import check_stopped, death, kill, spawn, tail, wait
@@ -46,11 +46,14 @@ from kernelwatch.harness.records import (
 )
 from kernelwatch.harness.sandbox import Sandbox, sandbox
 from kernelwatch.harness.suite import SuiteRef, Task
+from kernelwatch.harness.supervise import (
+    ABRequest,
+    SelectionUnavailable,
+    SuiteError,
+    run_together,
+)
 from kernelwatch.harness.timing.measurement import ab_pair
 from kernelwatch.harness.timing.sampling import Collected, Sample, collect_blocks
-
-if TYPE_CHECKING:
-    from kernelwatch.harness.supervise import ABRequest
 
 RUNNER = "kernelwatch.harness.runner"
 SIDES = ("A", "B")
@@ -176,14 +179,16 @@ class Side:
             kill(self.proc)
 
 
-def run_sides(
-    request: ABRequest, on_plan: Callable[[int], None] | None, errors: tuple[type, type]
+def run_ab(
+    request: ABRequest, on_plan: Callable[[int], None] | None = None
 ) -> Iterator[ABMeasurement]:
-    """Every selected case of ``request`` timed with A and B in processes of their own (see
-    the module docstring), in order; then the distributed cases, through ``ab`` mode.
-    ``errors`` are the supervisor's (SelectionUnavailable, SuiteError), raised before any
-    record for a selection or suite that cannot run."""
-    selection_error, suite_error = errors
+    """Like ``supervise.run_benches``, timing each case at A and B interleaved: one A/B
+    record per selected case, in order, A and B each in a child process and sandbox of its
+    own (see the module docstring), then the distributed cases through ``ab`` mode. A crash,
+    hang or NaN output on either side makes that case ``error`` naming the side (with the
+    stderr tail or traceback), and a fresh child of that side serves the next case; a case
+    one side lacks is ``unsupported``. Raises ``SelectionUnavailable`` or ``SuiteError``
+    before any record for a selection or suite that cannot run."""
     cpu = shared_cpu()
     with ExitStack() as stack:
         sides = []
@@ -200,7 +205,9 @@ def run_sides(
             pair = _Pair(request, sides)
             pair.start()
         except StartFailed as exc:
-            raise (selection_error if exc.kind == "selection" else suite_error)(str(exc)) from None
+            raise (SelectionUnavailable if exc.kind == "selection" else SuiteError)(
+                str(exc)
+            ) from None
         except StopAt:
             return
         if on_plan is not None:
@@ -425,12 +432,10 @@ def _sample(side: Side, data: Any) -> Sample:
 def _distributed(request: ABRequest, pair: _Pair) -> Iterator[ABMeasurement]:
     """The distributed cases, through the runner's ``ab`` mode (both suites in one child,
     whose ranks time both sides): still one process, as before issue 29."""
-    from kernelwatch.harness.supervise import _Context, _supervise
-
     kernels = sorted({pair.tasks[i].kernel for i in pair.deferred})
     wanted = {_key(pair.tasks[i]) for i in pair.deferred}
     legacy = replace(request, kernels=tuple(kernels))
-    for record in _supervise(legacy, _Context(), None):
+    for record in run_together(legacy):
         case = record.case
         if (
             isinstance(record, ABMeasurement)

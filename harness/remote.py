@@ -25,7 +25,8 @@ mounted at the same path on both sides, so the staged suite trees (under
 both. What the runner can still do, docs/SECURITY.md says: misreport its own cases, never
 reach a credential or change how a verdict is computed or posted.
 
-Nothing here imports kernel code; the proxy imports nothing outside the standard library.
+Nothing here imports kernel code; the proxy imports nothing outside the standard library and
+``exchange.py`` (the trusted side's half, which the sandbox uses to start proxies).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-#: The exchange directory of the trusted side: set, its children run in the runner.
-RUNNER_ENV = "KERNELWATCH_RUNNER_DIR"
+from kernelwatch.harness.exchange import RUNNER_ENV
+
 #: The modules a job may run (``python -m MODULE``, nothing before or after): the children
 #: kernelwatch itself starts in a sandbox. A profiler's wrapper (the self-check's, trusted
 #: code only) is not among them: it runs locally or not at all.
@@ -82,24 +83,6 @@ REFUSED = 126
 #: service-account token (checked by :func:`check_holds_nothing`).
 SECRET_PATHS = (Path("/run/secrets"), Path("/var/run/secrets/kubernetes.io"))
 _DATABASE_URL = re.compile(r"postgres(ql)?(\+\w+)?://|^\s*url\s*=", re.IGNORECASE | re.MULTILINE)
-
-
-def exchange_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """The exchange directory the trusted side hands its children to, if one is set."""
-    value = (os.environ if environ is None else environ).get(RUNNER_ENV)
-    return Path(value).resolve() if value else None
-
-
-def trees_dir(exchange: Path) -> Path:
-    """Where the trusted side puts its sandbox roots (staged suites): on the requests
-    volume, which the runner reads at the same path."""
-    return exchange / "requests" / "trees"
-
-
-def proxy_command(exchange: Path, argv: Sequence[str]) -> list[str]:
-    """The command that runs ``argv`` in the runner of ``exchange`` as if it ran here."""
-    return [sys.executable, "-m", "kernelwatch.harness.remote", "proxy", str(exchange), "--",
-            *argv]  # fmt: skip
 
 
 # --- the proxy (trusted side) ---
@@ -211,12 +194,12 @@ def check_holds_nothing(
     config_files: Sequence[Path] | None = None,
 ) -> None:
     """Refuse (:class:`RunnerRefused`, one line) to serve from a process that holds a
-    secret kernel code could take: a variable named like one (``sandbox._SECRET``), a
+    secret kernel code could take: a variable named like one (``sandbox.SECRET_NAME``), a
     file under a secrets mount or a service-account token, a kernelwatch configuration with
     a database URL (``KERNELWATCH_CONFIG``, ``./kernelwatch.toml`` unless ``config_files``)."""
-    from kernelwatch.harness.sandbox import _SECRET
+    from kernelwatch.harness.sandbox import SECRET_NAME
 
-    named = sorted(name for name, value in environ.items() if value and _SECRET.search(name))
+    named = sorted(name for name, value in environ.items() if value and SECRET_NAME.search(name))
     if named:
         raise RunnerRefused(f"the runner's environment holds {', '.join(named)}: a runner "
                             "must hold no secret (docs/SECURITY.md)")  # fmt: skip

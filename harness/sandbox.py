@@ -51,9 +51,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelwatch.harness import remote
 from kernelwatch.harness.distributed.nodes import ENV as NODES_ENV
 from kernelwatch.harness.distributed.nodes import spans_nodes
+from kernelwatch.harness.exchange import exchange_dir, proxy_command, trees_dir
 from kernelwatch.harness.suite import SuiteRef, revision_of
 
 USER_ENV = "KERNELWATCH_SANDBOX_USER"
@@ -81,7 +81,7 @@ ALLOWED_PREFIXES = (
     "LC_", "CUDA_", "NVIDIA_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_", "NCCL_", "GLOO_",
 )  # fmt: skip
 #: Never passed on, whatever the allow-list says: the names secrets go by.
-_SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|DSN", re.IGNORECASE)
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|DSN", re.IGNORECASE)
 
 
 class SandboxError(RuntimeError):
@@ -94,7 +94,7 @@ def child_env(source: Mapping[str, str], home: Path) -> dict[str, str]:
     env = {
         name: value
         for name, value in source.items()
-        if (name in ALLOWED or name.startswith(ALLOWED_PREFIXES)) and not _SECRET.search(name)
+        if (name in ALLOWED or name.startswith(ALLOWED_PREFIXES)) and not SECRET_NAME.search(name)
     }
     env.setdefault("PATH", os.defpath)
     private = home.parent
@@ -184,7 +184,7 @@ class Sandbox:
         one sandbox user), unless ``own_pids`` is False: a distributed case's ranks, which
         share GPU memory through handles that name each other's processes."""
         if self.exchange is not None:
-            return remote.proxy_command(self.exchange, argv)
+            return proxy_command(self.exchange, argv)
         isolated = self.namespaces and self.network
         if self.identity is None:
             spec: dict[str, object] = {"cwd": str(self.home)}
@@ -345,7 +345,7 @@ def _new_sandbox(trusted: bool) -> Iterator[Sandbox]:
     notes: list[str] = []
     # With a runner, kernel code runs there, in the runner's own sandbox: this side starts
     # only proxies, and its root (on the requests volume) is where the suites are staged.
-    exchange = remote.exchange_dir()
+    exchange = exchange_dir()
     namespaces = namespaces_available() if exchange is None else True
     # Refused before anything else: without namespaces nothing else would contain it.
     if not namespaces and not trusted and _CONTAINED.get() is None:
@@ -368,7 +368,7 @@ def _new_sandbox(trusted: bool) -> Iterator[Sandbox]:
             or "no network namespace: `unshare` is missing or refused here, so children keep "
             "this host's network"
         )
-    base = remote.trees_dir(exchange) if exchange is not None else None
+    base = trees_dir(exchange) if exchange is not None else None
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="kernelwatch-sandbox-", dir=base))

@@ -172,18 +172,11 @@ def run_benches(
         yield record
 
 
-def run_ab(
-    request: ABRequest, on_plan: Callable[[int], None] | None = None
-) -> Iterator[ABMeasurement]:
-    """Like :func:`run_benches`, timing each case at A and B interleaved: yields one A/B
-    record per case, A and B each in a child process and sandbox of its own
-    (``ab_sides.py``), the distributed cases after the others. A crash, hang or NaN output
-    on either side makes that case ``error`` naming the side (with the stderr tail or
-    traceback), and a fresh child of that side serves the next case; a case one side lacks
-    is ``unsupported``."""
-    from kernelwatch.harness.ab_sides import run_sides
-
-    yield from run_sides(request, on_plan, (SelectionUnavailable, SuiteError))
+def run_together(request: ABRequest) -> Iterator[CorrectnessResult | Measurement | ABMeasurement]:
+    """Both suites of ``request`` in one child (the runner's ``ab`` mode, whose ranks time
+    both sides): the distributed cases' A/B (``ab_sides.run_ab`` runs every other case with
+    each side in a process of its own)."""
+    return _supervise(request, _Context(), None)
 
 
 def _supervise(

@@ -12,7 +12,7 @@ import psycopg
 
 from kernelwatch.analysis.bisect_search import FAILING, BisectOutcome, Step
 from kernelwatch.harness.records import CommitInfo, DeviceInfo
-from kernelwatch.store.triage_state import TriageNotFound
+from kernelwatch.store.triage_state import TriageNotFound, add_event
 
 ACTOR = "bisect"
 
@@ -149,10 +149,7 @@ def _tell_regression(
             "UPDATE regressions SET culprit_commit_id = %s, updated_at = now() WHERE id = %s",
             (culprit_id, regression_id),
         )
-    cur.execute(
-        "INSERT INTO regression_events (regression_id, actor, state, note) VALUES (%s, %s, %s, %s)",
-        (regression_id, ACTOR, state, note),
-    )
+    add_event(cur, regression_id, ACTOR, note, state)
 
 
 def _device_id(cur: psycopg.Cursor, device: DeviceInfo) -> int:

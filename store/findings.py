@@ -10,7 +10,7 @@ from datetime import datetime
 import psycopg
 
 from kernelwatch.analysis.triage_rules import Triage
-from kernelwatch.store.triage_state import OPEN_SQL
+from kernelwatch.store.triage_state import OPEN_SQL, add_event
 
 
 @dataclass(frozen=True)
@@ -130,16 +130,8 @@ def open_regression(
         "UPDATE change_points SET regression_id = %s WHERE id = ANY(%s)",
         (regression_id, list(regression.change_point_ids)),
     )
-    cur.execute(
-        "INSERT INTO regression_events (regression_id, actor, state, note) "
-        "VALUES (%s, %s, 'untriaged', %s)",
-        (
-            regression_id,
-            actor,
-            regression.note
-            or f"opened by detection over {len(regression.change_point_ids)} series",
-        ),
-    )
+    opened = f"opened by detection over {len(regression.change_point_ids)} series"
+    add_event(cur, regression_id, actor, regression.note or opened, "untriaged")
     return regression_id
 
 

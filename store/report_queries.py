@@ -286,6 +286,16 @@ def repositories(conn: psycopg.Connection) -> list[str]:
     return [row[0] for row in conn.execute("SELECT name FROM repositories ORDER BY name")]
 
 
+def repro_at(conn: psycopg.Connection, series_key: str, sha: str) -> str | None:
+    """The repro command of ``series_key``'s first point measured at commit ``sha``, if any."""
+    found = conn.execute(
+        "SELECT repro FROM report_history_points WHERE series_key = %s AND commit_sha = %s "
+        "ORDER BY measured_at LIMIT 1",
+        (series_key, sha),
+    ).fetchone()
+    return found[0] if found is not None else None
+
+
 def run_measurements(conn: psycopg.Connection, run_id: str) -> list[MeasurementRow]:
     """Every measurement of a run, by kernel, dtype and workload."""
     return [MeasurementRow(*row) for row in conn.execute(_MEASUREMENTS, (run_id,))]

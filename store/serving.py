@@ -21,7 +21,7 @@ from kernelwatch.serving.judge import ServingChange, ServingFinding
 from kernelwatch.serving.names import KnownKernel
 from kernelwatch.serving.results import Deployment, HistoryPoint, ServingRun
 from kernelwatch.serving.traces import KernelTime, TraceProfile
-from kernelwatch.store.triage_state import OPEN_SQL
+from kernelwatch.store.triage_state import OPEN_SQL, add_event
 
 _DEPLOYMENT_COLUMNS = ("name", "model", "engine", "gpu", "gpu_count", "tp", "ep", "load",
                        "dataset")  # fmt: skip
@@ -212,12 +212,8 @@ def _open(cur: psycopg.Cursor, deployment_id: int, finding: ServingFinding, acto
         (repository, deployment_id, finding.title, finding.magnitude,
          good[0] if good else None, bad[0] if bad else None),
     ).fetchone()  # fmt: skip
-    cur.execute(
-        "INSERT INTO regression_events (regression_id, actor, state, note) "
-        "VALUES (%s, %s, 'untriaged', %s)",
-        (regression_id, actor,
-         f"opened by serving detection over {len(finding.changes)} metric(s)"),
-    )  # fmt: skip
+    opened = f"opened by serving detection over {len(finding.changes)} metric(s)"
+    add_event(cur, regression_id, actor, opened, "untriaged")
     return regression_id
 
 

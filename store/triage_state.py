@@ -222,7 +222,15 @@ def write_move(
         WHERE id = %s""",
         (after.state, after.assignee, after.bug, closed, note, note, note, regression_id),
     )
+    add_event(cur, regression_id, actor, note, after.state)
+
+
+def add_event(
+    cur: psycopg.Cursor, regression_id: int, actor: str, note: str, state: str | None = None
+) -> None:
+    """One line of a regression's history (``regression_events``): who, the state it was
+    left in (None: not changed by this event) and why."""
     cur.execute(
         "INSERT INTO regression_events (regression_id, actor, state, note) VALUES (%s, %s, %s, %s)",
-        (regression_id, actor, after.state, note),
+        (regression_id, actor, state, note),
     )

@@ -14,9 +14,10 @@ import pytest
 from gitrepo import git
 
 from kernelwatch.analysis.verdict import compare_measurements
+from kernelwatch.harness.ab_sides import run_ab
 from kernelwatch.harness.records import read_record
 from kernelwatch.harness.suite import SuiteRef, Task, lacks, load_suite_isolated
-from kernelwatch.harness.supervise import ABRequest, SelectionUnavailable, SuiteError, run_ab
+from kernelwatch.harness.supervise import ABRequest, SelectionUnavailable, SuiteError
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.worktree import checkout
 

@@ -130,3 +130,78 @@ def test_a_parent_of_children_never_imports_torch_or_triton(module):
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert loaded.strip() == "[]", f"{module} loads {loaded.strip()}"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(("kernelwatch", *parts)).removesuffix(".__init__")
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the product modules it imports (at module level, in a function or under
+    ``TYPE_CHECKING``: each is a dependency someone reading the code must follow)."""
+    paths = {_module_name(p): p for package in ALLOWED for p in _modules(package)}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+        graph[name] = {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Issue 45: ab_sides <-> supervise, sandbox <-> remote (through child) and timers <->
+    telemetry imported each other, each through a private name or a type-only import."""
+    graph = _import_graph()
+    circles = []
+    for start in sorted(graph):
+        seen, stack = {start}, [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(graph[node]):
+                if nxt == start:
+                    circles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert circles == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{alias.name}"
+        for package in ALLOWED
+        for path in _modules(package)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kernelwatch")
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+    assert found == []
+
+
+#: SQL statements in a string: what only ``store/`` may send to the store.
+SQL = re.compile(r"\b(SELECT\s.+\sFROM|INSERT INTO|UPDATE \w+ SET|DELETE FROM)\b", re.S)
+#: Modules outside ``store/`` whose SQL is not the store's: the dashboards' panels (Grafana
+#: runs their queries, and needs them beside the panel) and the reader of an Nsight Systems
+#: export (a SQLite file that tool wrote).
+FOREIGN_SQL = ("dashboards", "serving/traces.py")
+
+
+def test_only_the_store_sends_sql_to_the_store():
+    """Issue 45: the CLI's repository list, the nightly's regression notes and the alert's
+    repro command each queried the store's tables from outside ``store/``."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for package in ALLOWED
+        if package != "store"
+        for path in _modules(package)
+        if not str(path.relative_to(ROOT)).startswith(FOREIGN_SQL)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.search(node.value)
+    ]
+    assert found == []

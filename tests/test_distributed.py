@@ -195,7 +195,8 @@ def test_a_pr_check_between_two_commits_gives_a_verdict_on_a_distributed_case(tm
     from gitrepo import git
 
     from kernelwatch.analysis.verdict import compare_measurements
-    from kernelwatch.harness.supervise import ABRequest, run_ab
+    from kernelwatch.harness.ab_sides import run_ab
+    from kernelwatch.harness.supervise import ABRequest
     from kernelwatch.harness.worktree import checkout
 
     repo = tmp_path / "repo"

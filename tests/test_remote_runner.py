@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kernelwatch.harness import remote
+from kernelwatch.harness.exchange import RUNNER_ENV, proxy_command, trees_dir
 from kernelwatch.harness.sandbox import sandbox
 
 KERNELWATCH = Path(sys.executable).with_name("kernelwatch")
@@ -86,7 +87,7 @@ def test_a_check_through_the_runner_gives_the_local_verdicts(
 ):
     exchange, log = runner
     local = _check(kernelwatch_cli, planted_suite_path, {})
-    remote_run = _check(kernelwatch_cli, planted_suite_path, {remote.RUNNER_ENV: str(exchange)})
+    remote_run = _check(kernelwatch_cli, planted_suite_path, {RUNNER_ENV: str(exchange)})
     assert local.returncode == remote_run.returncode == 1, remote_run.stderr[-3000:]
     expected = [
         ("good", "pass", ""),
@@ -118,7 +119,7 @@ def test_a_build_through_the_runner_gives_the_local_records(
             "--dtype", "fp32", "--arch", "sm_90a", "--workload", "smoke", "--no-cache",
             "--json"]  # fmt: skip
     local = kernelwatch_cli(*args)
-    remote_run = kernelwatch_cli(*args, env={remote.RUNNER_ENV: str(exchange)})
+    remote_run = kernelwatch_cli(*args, env={RUNNER_ENV: str(exchange)})
     assert local.returncode == remote_run.returncode == 0, remote_run.stderr[-3000:]
 
     def records(proc: subprocess.CompletedProcess[str]) -> list[dict]:
@@ -132,7 +133,7 @@ def test_a_build_through_the_runner_gives_the_local_records(
 
 def _proxy(exchange: Path, argv: list[str], **kwargs) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        remote.proxy_command(exchange, argv),
+        proxy_command(exchange, argv),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True, **kwargs,
     )  # fmt: skip
@@ -258,18 +259,18 @@ def test_the_trusted_side_starts_only_proxies_and_stages_suites_on_the_exchange(
     from kernelwatch.harness.suite import SuiteRef
 
     exchange = _exchange()
-    monkeypatch.setenv(remote.RUNNER_ENV, str(exchange))
+    monkeypatch.setenv(RUNNER_ENV, str(exchange))
     try:
         with sandbox() as box:
             argv = [sys.executable, "-m", "kernelwatch.harness.runner"]
             command = box.command(argv)
             assert command[:4] == [sys.executable, "-m", "kernelwatch.harness.remote", "proxy"]
             assert command[-3:] == argv and "jail" not in " ".join(command)
-            assert box.root.parent == remote.trees_dir(exchange)
+            assert box.root.parent == trees_dir(exchange)
             staged = Path(box.suite(SuiteRef(str(planted_suite_path))).target)
             assert staged.is_relative_to(box.root) and staged.read_bytes()
             assert staged.stat().st_mode & 0o004 and box.root.stat().st_mode & 0o005 == 0o005
-        assert list(remote.trees_dir(exchange).iterdir()) == []
+        assert list(trees_dir(exchange).iterdir()) == []
     finally:
         subprocess.run(["rm", "-rf", str(exchange)], check=False)
 

@@ -360,7 +360,7 @@ def test_kubernetes_jobs_reach_only_the_database_prefect_dns_and_public_https():
 
 RUNNER_DIR = "KERNELWATCH_RUNNER_DIR"
 EXCHANGE = "/var/lib/kernelwatch/exchange"
-#: The names secrets go by (harness/sandbox.py's ``_SECRET``, which the runner refuses).
+#: The names secrets go by (harness/sandbox.py's ``SECRET_NAME``, which the runner refuses).
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|DSN", re.IGNORECASE)
 
 

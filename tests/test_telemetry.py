@@ -27,13 +27,13 @@ from kernelwatch.harness.timing.telemetry import (
     NullProbe,
     Reading,
     State,
+    Timed,
     describe_reasons,
     is_throttled,
     open_probe,
     sampled,
     summarize_telemetry,
 )
-from kernelwatch.harness.timing.timers import Timed
 
 
 def test_throttling_is_the_sm_clock_below_three_quarters_of_the_maximum():

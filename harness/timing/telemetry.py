@@ -28,13 +28,25 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kernelwatch.harness.records import Telemetry
 from kernelwatch.harness.timing.sampling import Sample
 
-if TYPE_CHECKING:
-    from kernelwatch.harness.timing.timers import Timed
+
+@dataclass(frozen=True)
+class Timed:
+    """One sample as a timer (``timers.py``) read it: nanoseconds per launch; the SM clock
+    over it, the mean of the clocks the GPU measured just before and just after it (None
+    where the timer cannot measure it); the lower of those two (``low_sm_clock_mhz``, None:
+    the same as ``sm_clock_mhz``), which the throttle flag judges; and the clock-event
+    reasons read while the GPU ran it (None: not read)."""
+
+    ns: float
+    sm_clock_mhz: float | None = None
+    low_sm_clock_mhz: float | None = None
+    reasons: int | None = None
+
 
 #: A sample whose SM clock is below this share of the device's maximum is throttled
 #: (nvbench's default threshold).

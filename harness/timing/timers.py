@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from kernelwatch.harness.records import Method
 from kernelwatch.harness.timing.sampling import Collected, StopRule, collect, warm_up
-from kernelwatch.harness.timing.telemetry import Probe, State, sampled
+from kernelwatch.harness.timing.telemetry import Probe, State, Timed, sampled
 
 #: Bumped whenever a change could move measured times: a new version starts new series.
 #: 3: L2 flushed by reading (clean lines), samples flagged by the clock after the kernel, by
@@ -89,20 +89,6 @@ EVENT_RESOLUTION_NS = 500.0
 GRAPH_TARGET_NS, MAX_GRAPH_LAUNCHES = 100_000.0, 1000
 #: Launches in the graph whose timed replay sizes the real one.
 GRAPH_PROBE_LAUNCHES = 8
-
-
-@dataclass(frozen=True)
-class Timed:
-    """One sample: nanoseconds per launch; the SM clock over it, the mean of the clocks the
-    GPU measured just before and just after it (None where the timer cannot measure it);
-    the lower of those two (``low_sm_clock_mhz``, None: the same as ``sm_clock_mhz``), which
-    the throttle flag judges; and the clock-event reasons read while the GPU ran it (None:
-    not read)."""
-
-    ns: float
-    sm_clock_mhz: float | None = None
-    low_sm_clock_mhz: float | None = None
-    reasons: int | None = None
 
 
 @dataclass(frozen=True)
