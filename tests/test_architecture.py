@@ -96,6 +96,17 @@ def _file_map() -> set[str]:
     return set(re.findall(r"^- `([\w/]+\.py)`", section, re.M))
 
 
+def _kernel_families() -> set[str]:
+    """The modules of ``kernels/`` whose specs ``SUITE`` imports: adding a kernel is its
+    module and its line in the tuple (issue 45), so the file map need not name them."""
+    init = ROOT / "kernels" / "__init__.py"
+    return {
+        f"kernels/{module.rsplit('.', 1)[1]}.py"
+        for _, module in _imports(init)
+        if module.startswith("kernelwatch.kernels.")
+    }
+
+
 def test_the_file_map_names_every_module_and_nothing_else():
     modules = {
         str(path.relative_to(ROOT))
@@ -105,8 +116,14 @@ def test_the_file_map_names_every_module_and_nothing_else():
         and (path.name != "__init__.py" or path.parent.name == "kernels")
     }
     named = _file_map()
-    assert sorted(modules - named) == [], "modules missing from docs/ARCHITECTURE.md's file map"
+    missing = modules - named - _kernel_families()
+    assert sorted(missing) == [], "modules missing from docs/ARCHITECTURE.md's file map"
     assert sorted(named - modules) == [], "the file map names modules that do not exist"
+
+
+def test_a_new_kernel_family_needs_no_file_map_entry():
+    assert {"kernels/rmsnorm.py", "kernels/gemm.py"} <= _kernel_families()
+    assert not {"kernels/inputs.py", "kernels/tuning.py"} & _kernel_families()
 
 
 #: The modules a parent process loads to start, supervise and record children. The kernels'
