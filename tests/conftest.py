@@ -96,6 +96,7 @@ END_TO_END = (
     "test_security_unprivileged.py",
     "test_security_descendants.py",
     "test_selfcheck_ncu.py",
+    "test_serving_flow.py",
 )
 #: The fast tier's longest files, started first for the same reason. A file missing from
 #: either list only costs balance.
