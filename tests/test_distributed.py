@@ -170,7 +170,7 @@ REPEAT = {repeat}
 
 
 def launch(t, o, p, comm):
-    for _ in range(REPEAT):  # the head commit all-reduces twice: a planted 2x slowdown
+    for _ in range(REPEAT):  # the head commit all-reduces four times: a planted slowdown
         o["out"].copy_(t["x"])
         dist.all_reduce(o["out"], group=comm.group)
 
@@ -203,12 +203,14 @@ def test_a_pr_check_between_two_commits_gives_a_verdict_on_a_distributed_case(tm
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     shas = []
-    for repeat in (1, 2):
+    # Four times, not twice: timed by the wall clock of two ranks on two loaded cores, the
+    # planted 2x read 1.5-3.6x under three CPU hogs, and AMBIGUOUS once in CI.
+    for repeat in (1, 4):
         (repo / "tp_suite.py").write_text(SUITE_AT.format(repeat=repeat))
         git(repo, "add", ".")
         git(repo, "commit", "-qm", f"all-reduce x{repeat}")
         shas.append(git(repo, "rev-parse", "HEAD"))
-    options = BenchOptions(min_samples=20, min_time_s=0.0, budget_s=1.0, target_rel_ci=0.001)
+    options = BenchOptions(min_samples=20, min_time_s=0.0, budget_s=2.0, target_rel_ci=0.001)
     with checkout(repo, shas[0]) as base, checkout(repo, shas[1]) as head:
         request = ABRequest(
             suite=SuiteRef("tp_suite.py", str(base.path)),
@@ -221,4 +223,4 @@ def test_a_pr_check_between_two_commits_gives_a_verdict_on_a_distributed_case(tm
     assert pair.base.world.world_size == pair.head.world.world_size == 2
     assert pair.head.bandwidth.busbw_gbps < pair.base.bandwidth.busbw_gbps
     verdict = compare_measurements(pair.base, pair.head)
-    assert verdict.verdict == "SLOWER" and verdict.ratio > 1.3
+    assert verdict.verdict == "SLOWER" and verdict.ratio > 2.0
