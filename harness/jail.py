@@ -37,6 +37,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from pathlib import Path
 
 _MS_BIND, _MS_REC, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 4096, 16384, 2, 4, 8
@@ -58,8 +59,15 @@ COVER_SIZE = "16m"
 #: hostile one must not fill the host's disk.
 FILE_LIMIT = 1 << 30
 #: The processes (threads count) the sandbox user may have, all its children together: room
-#: for several children with a thread per core each, not for a fork bomb.
-PROCESS_LIMIT = 8192
+#: for several children with a thread per core each, not for a fork bomb. A quarter of the
+#: runner container's own limit (infra/compose.yaml ``pids_limit``), so that one job that
+#: forks until refused leaves the concurrent jobs room to fork.
+PROCESS_LIMIT = 4096
+#: How long the reaper hunts what the child left once it ended: below the supervisor's
+#: grace (``child.REAP_GRACE_S``), so the reaper ends by itself and says how the child
+#: ended. What it could not catch in that time (possible only without a PID namespace) the
+#: end of the uid's lease ends (:func:`end_user`).
+REAPER_WITHIN_S = 5.0
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -184,12 +192,14 @@ def limit(spec: dict[str, object]) -> None:
     """The resource limits of the child: no core dumps, no file over ``FILE_LIMIT``, and with
     a sandbox user of its own (``uid``) no more than ``PROCESS_LIMIT`` processes for it.
     Without a sandbox user the count would be the worker's own uid's, which other work
-    shares. Address space is not limited: CUDA reserves far more virtual memory than it
-    uses, and an RLIMIT_AS would break every GPU run."""
+    shares; the spec's ``nproc`` may set a lower count. Address space is not limited: CUDA
+    reserves far more virtual memory than it uses, and an RLIMIT_AS would break every GPU
+    run."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
     if spec.get("uid") is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (PROCESS_LIMIT, PROCESS_LIMIT))
+        processes = int(spec.get("nproc", PROCESS_LIMIT))  # type: ignore[call-overload]
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
 
 
 def children() -> list[int]:
@@ -209,17 +219,69 @@ def children() -> list[int]:
     return found
 
 
-def kill_descendants() -> None:
-    """Kill and reap every process below this one. Each killed process's children are
-    re-parented here (the subreaper), so the next round finds them, until none is left."""
+def kill_descendants(within_s: float) -> None:
+    """Kill and reap every process below this one, for at most ``within_s``. Each killed
+    process's children are re-parented here (the subreaper), so the next round finds them;
+    every round reaps all that have ended, so a fork bomb's thousands of zombies cost one
+    round, not one each. A "comet" that forks and exits in a loop may stay one step ahead
+    of ``/proc``: past ``within_s`` the reaper gives up, and the end of the sandbox's uid
+    lease ends it (:func:`end_user`; ``sandbox.leased_identity``)."""
+    deadline = time.monotonic() + within_s
     while True:
         for pid in children():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         try:
-            os.waitpid(-1, 0)
+            while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                pass
         except ChildProcessError:
             return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.001)  # the killed die between rounds
+
+
+def live_processes(uid: int, but: int | None = None) -> list[int]:
+    """The processes of ``uid`` (by real uid) that are not zombies, ``but`` left out."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == but:
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            found.append(int(entry))
+    return found
+
+
+def end_user(uid: int, within_s: float) -> int:
+    """Kill every process of ``uid`` (a leased sandbox uid, whose gid is the same), as ``uid``
+    itself: ``kill(-1, SIGKILL)`` signals all
+    of them in one pass of the kernel's process list, during which none can fork (a fork
+    that completes after it fails on its parent's pending SIGKILL), so a process that forks
+    and exits in a loop cannot stay ahead of it as it can of a scan of ``/proc``. Repeated
+    until no live process of ``uid`` is left; 0 then, 1 if some still live after
+    ``within_s`` (a process stuck in the kernel)."""
+    if uid == 0:
+        raise SystemExit("jail --end 0: root's processes are not a sandbox's")
+    if os.getuid() == 0:  # started by a root worker: become the uid (its gid is the same)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return 0  # nothing of this uid left to signal, not even a zombie
+        if not live_processes(uid, but=os.getpid()):
+            return 0
+        if time.monotonic() > deadline:
+            return 1
+        time.sleep(0.005)
 
 
 def _start(spec: dict[str, object], command: list[str]) -> None:
@@ -320,7 +382,7 @@ def reap(spec: dict[str, object], command: list[str]) -> int:
         told_status = os.read(report, 4)
         if len(told_status) == 4 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
             status = struct.unpack("i", told_status)[0]
-    kill_descendants()
+    kill_descendants(REAPER_WITHIN_S)
     if os.WIFSIGNALED(status):
         ended = os.WTERMSIG(status)
         if ended != signal.SIGKILL:  # the one signal no handler can be set for
@@ -332,12 +394,15 @@ def reap(spec: dict[str, object], command: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     """Set up the mounts the spec asks for, then run the command as the sandbox user under
-    this reaper."""
+    this reaper; or, with ``--end UID SECONDS``, run as that uid, end all its processes
+    (:func:`end_user`)."""
+    # Kernel code shares this process's uid when the worker is not root (and the uid of
+    # ``--end``'s): without this, it could read or stop it through ptrace or /proc.
+    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if argv[0] == "--end":
+        return end_user(int(argv[1]), float(argv[2]))
     spec = json.loads(argv[0])
     command = argv[argv.index("--") + 1 :]
-    # Kernel code shares this process's uid when the worker is not root: without this, it
-    # could read the reaper's memory through ptrace or /proc.
-    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     if spec.get("confine"):
         confine(spec)
     elif spec.get("mounts"):

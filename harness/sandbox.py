@@ -51,6 +51,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelwatch.harness import jail
 from kernelwatch.harness.distributed.nodes import ENV as NODES_ENV
 from kernelwatch.harness.distributed.nodes import spans_nodes
 from kernelwatch.harness.exchange import exchange_dir, proxy_command, trees_dir
@@ -420,7 +421,7 @@ def leased_identity() -> Iterator[Identity | None]:
         yield Identity(named, entry.pw_uid, entry.pw_gid)
         return
     locks = _lock_dir()
-    for uid in UID_POOL:
+    for uid in _rotation(locks):
         if _has_account(uid):
             continue  # its files are someone's
         fd = os.open(locks / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -429,16 +430,63 @@ def leased_identity() -> Iterator[Identity | None]:
         except BlockingIOError:
             os.close(fd)
             continue
+        (locks / NEXT_UID).write_text(str(uid + 1))
         try:
+            # A holder killed outright never reached its ``finally``: what its children
+            # left is ended before this lease's children start.
+            if jail.live_processes(uid):
+                end_processes(uid)
             yield Identity(f"kw-sandbox-{uid}", uid, uid)
         finally:
-            _sweep(uid)
-            os.close(fd)
+            try:
+                end_processes(uid)
+            finally:
+                _sweep(uid)
+                os.close(fd)
         return
     raise SandboxError(
         f"all {len(UID_POOL)} sandbox uids ({UID_POOL.start}-{UID_POOL.stop - 1}) are held by "
         f"other sandboxes on this host: wait for runs to end, or name one account in {USER_ENV}"
     )
+
+
+#: The file in the lease directory naming the uid the next lease tries first.
+NEXT_UID = "next"
+#: How long ending a uid's processes may take before the lease's end says it failed.
+END_WITHIN_S = 30.0
+
+
+def _rotation(locks: Path) -> list[int]:
+    """:data:`UID_POOL` in the order the next lease tries it: from the uid after the last
+    one leased, round the pool. Not first-free: a process that outlived its run (had it
+    escaped every kill) would otherwise meet the very next run, under the same uid."""
+    try:
+        start = int((locks / NEXT_UID).read_text())
+    except (OSError, ValueError):
+        start = UID_POOL.start
+    if start not in UID_POOL:
+        start = UID_POOL.start
+    return [*range(start, UID_POOL.stop), *range(UID_POOL.start, start)]
+
+
+def end_processes(uid: int) -> None:
+    """End every process of the leased ``uid`` (a sandbox's children, whatever they forked
+    and wherever they went): ``jail --end`` run as that uid. Every child of the sandbox has
+    ended by then, so nothing of the uid has a right to live. Raises :class:`SandboxError`
+    when some still live after :data:`END_WITHIN_S`."""
+    # Started as root, it drops to the uid itself: the uid may not read this Python.
+    ended = subprocess.run(
+        [sys.executable, "-m", "kernelwatch.harness.jail", "--end", str(uid), str(END_WITHIN_S)],
+        cwd="/", env={"PATH": os.defpath}, capture_output=True, text=True, check=False,
+        timeout=END_WITHIN_S + 30,
+    )  # fmt: skip
+    if ended.returncode != 0:
+        left = jail.live_processes(uid)
+        raise SandboxError(
+            f"processes of sandbox uid {uid} outlived its run and could not be ended "
+            f"({ended.stderr.strip() or f'exit {ended.returncode}'}; still alive: {left}): "
+            "kill them before another run starts"
+        )
 
 
 def _lock_dir() -> Path:

@@ -78,7 +78,9 @@ def test_concurrent_sandboxes_are_different_users_and_leave_nothing_behind(monke
         os.chown(left, first.identity.uid, first.identity.uid)
     assert not left.exists()
     with sandbox() as again:
-        assert again.identity.uid in uids  # released, so taken again
+        # Released, yet not taken again at once: leases rotate round the pool (issue 46),
+        # so whatever had escaped the last holder would not meet the next.
+        assert again.identity.uid in sandbox_module.UID_POOL and again.identity.uid not in uids
 
 
 def test_a_held_sandbox_is_shared_and_removed_once_at_the_end():

@@ -410,6 +410,27 @@ def test_the_compose_runner_holds_no_secret_and_has_no_network():
     assert runner["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
 
 
+def test_every_place_kernel_code_runs_has_an_init_and_room_beyond_one_jobs_processes():
+    """Issue 46: without an init, a job's orphans stay zombies of `kernelwatch runner serve`
+    (PID 1, which reaps only its own children) and fill the pid table; a job's process
+    limit above its container's let one fork bomb stop every other job from forking."""
+    from kernelwatch.harness.jail import PROCESS_LIMIT
+
+    runner = _compose()["services"]["runner-h100"]
+    assert runner["init"] is True
+    # Both sides of an A/B pair and two more jobs at their limit, and the runner itself.
+    assert runner["pids_limit"] > 4 * PROCESS_LIMIT, runner["pids_limit"]
+    kernel_pods = {**_runner_pods()}
+    kernel_pods.update(
+        (name, pod) for name, pod in _job_pods().items()
+        if any(RUNNER_DIR not in _env(c) for c in pod["spec"]["containers"])
+    )  # fmt: skip
+    assert len(kernel_pods) == 5, sorted(kernel_pods)
+    for name, pod in kernel_pods.items():
+        # The pod's pause container is PID 1 for all its containers, and reaps.
+        assert pod["spec"].get("shareProcessNamespace") is True, name
+
+
 def test_the_compose_worker_reports_and_runs_no_kernel_code():
     services = _compose()["services"]
     worker, runner = services["worker-h100"], services["runner-h100"]
