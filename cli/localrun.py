@@ -68,13 +68,15 @@ def run_checked(
     call: Callable[[], _T],
     unavailable: int = 1,
 ) -> _T:
-    """Check that the configuration names ``repository`` and ``pool`` and that the
-    repository has ``revisions``, then run ``call`` under a spinner. Bad input fails here in
+    """Check that the configuration names ``repository`` and ``pool``, that the
+    repository has ``revisions`` and that kernel code may run here (exit 2 with the
+    sandbox's refusal otherwise), then run ``call`` under a spinner. Bad input fails here in
     a second with one line, not after Prefect has started (where a failing flow also logs
     its traceback). An unreachable store or failing git exits ``unavailable`` (a PR check's
     2: its 1 means a regression)."""
     from kernelwatch.config.settings import load
     from kernelwatch.flows.repos import sync
+    from kernelwatch.harness.sandbox import refusal
     from kernelwatch.harness.worktree import resolve
 
     with _failures(unavailable):
@@ -86,6 +88,9 @@ def run_checked(
             path = sync(repo)
             for rev in named:
                 resolve(path, rev)
+        refused = refusal()
+        if refused is not None:
+            fail(refused, code=2)
         with stderr.status(label):
             return call()
 

@@ -307,6 +307,16 @@ def contained(why: str) -> Iterator[None]:
         _CONTAINED.reset(token)
 
 
+def refusal() -> str | None:
+    """Why a commit's kernel code would be refused here (one line that says what to do), or
+    None: with a runner, a deployment's runner's own permission (:func:`contained`) or
+    namespaces it can be run. A command asks before it starts a flow, so that the refusal
+    is its one line, not a task's failure and its traceback."""
+    if exchange_dir() is not None or _CONTAINED.get() is not None or namespaces_available():
+        return None
+    return _UNCONTAINED
+
+
 #: The sandbox a block holds for every child started inside it (:func:`held_sandbox`).
 _HELD: ContextVar[Sandbox | None] = ContextVar("kernelwatch_held_sandbox", default=None)
 
@@ -349,8 +359,9 @@ def _new_sandbox(trusted: bool) -> Iterator[Sandbox]:
     exchange = exchange_dir()
     namespaces = namespaces_available() if exchange is None else True
     # Refused before anything else: without namespaces nothing else would contain it.
-    if not namespaces and not trusted and _CONTAINED.get() is None:
-        raise SandboxError(_UNCONTAINED)
+    refused = refusal()
+    if refused is not None and not trusted:
+        raise SandboxError(refused)
     leases = contextlib.ExitStack()
     try:
         identity = leases.enter_context(leased_identity()) if exchange is None else None

@@ -3,6 +3,10 @@ runs them, and the notifications the nightly sends."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -107,6 +111,39 @@ def test_bad_input_exits_2_with_one_line_before_prefect_starts(
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"
+)
+@pytest.mark.parametrize("command", ["pr-check", "nightly"])
+def test_a_refusal_for_want_of_isolation_is_one_line_and_exit_2(
+    tmp_path, demo_repo, monkeypatch, command
+):
+    """Issue 46: as the runner's container is (root without CAP_SYS_ADMIN, so no namespace
+    can be made) and with no runner configured, kernel code is refused. That used to come
+    after 92 lines of Prefect's task-failure logs and tracebacks: now it is the refusal's one
+    line, before Prefect starts, and exit 2."""
+    config = _config(tmp_path / "kernelwatch.toml", demo_repo.path, tmp_path)
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+    monkeypatch.delenv("KERNELWATCH_RUNNER_DIR", raising=False)
+    revisions = (
+        ["--base", demo_repo.culprit_parent, "--head", demo_repo.culprit]
+        if command == "pr-check"
+        else ["--rev", demo_repo.culprit]
+    )
+    exe = Path(sys.executable).with_name("kernelwatch")
+    proc = subprocess.run(
+        ["setpriv", "--inh-caps=-all", "--bounding-set=-sys_admin", "--", str(exe), command,
+         *revisions],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "COLUMNS": "100"},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) <= 2, lines
+    assert lines[-1].startswith("error: untrusted kernel code is refused here"), lines
+    assert "Traceback" not in proc.stderr + proc.stdout
 
 
 @pytest.mark.parametrize(("command", "code"), [("pr-check", 2), ("nightly", 1)])
