@@ -60,16 +60,22 @@ def pr_check(
     workload: str | None = None,
     dtypes: list[str] | None = None,
     params: list[str] | None = None,
+    nonce: str = "",
+    github_repository: str = "",
 ) -> PrCheckSummary:
     """Compare ``head`` against ``base`` of ``repository`` on this worker's device.
     ``pr_number``, ``branch`` and ``author`` name the pull request on the PR dashboard;
     ``kernels``, ``workload``, ``dtypes`` and ``params`` (``KEY=VALUE``) narrow the
-    repository's selection (a regression's repro command pins its one case that way)."""
+    repository's selection (a regression's repro command pins its one case that way).
+    ``nonce`` and ``github_repository`` (``owner/name``) come from the workflow run that
+    started this flow: the comment's signature names them, with ``pr_number``
+    (``report/signature.py``)."""
     config = configuration.load()
     repo = _narrowed(config.repository(repository), kernels, workload, dtypes, params)
     config.pool(pool)
     path = tasks.sync_repository(repo)
     base_sha, head_sha = revision(path, base), revision(path, head)
+    to = signature.Addressee(github_repository or repo.name, pr_number, nonce, base_sha, head_sha)
     out = Path(out_dir or Path(config.run.report_dir) / f"pr-{base_sha[:8]}-{head_sha[:8]}")
     context = pipeline.RunContext("pr", repo.name, pool, tasks.flow_run_id())
     started = pipeline.now()
@@ -89,7 +95,7 @@ def pr_check(
             gpus = config.pool(pool).gpus_per_node
             pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
-            return _error(repo.name, base_sha, head_sha, str(exc))
+            return _error(repo.name, to, str(exc))
     side_a, side_b = pipeline.split_ab(pairs)
     run_a = pipeline.assemble(
         context, commit_info(path, base_sha), [*builds_a, *checks_a, *side_a], started
@@ -102,12 +108,10 @@ def pr_check(
         base_commit=base_sha,
     )
     if run_a is None or run_b is None:
-        return _error(repo.name, base_sha, head_sha, "no case ran at base or head")
+        return _error(repo.name, to, "no case ran at base or head")
     for run in (run_a, run_b):
         if tasks.store(run).spooled is not None:
-            return _error(
-                repo.name, base_sha, head_sha, "the store is unreachable; the runs were spooled"
-            )
+            return _error(repo.name, to, "the store is unreachable; the runs were spooled")
     with tasks.store_connection() as conn:
         comparison = comparison_from_runs(
             conn, run_a.info.run_id, run_b.info.run_id, config.thresholds
@@ -120,7 +124,7 @@ def pr_check(
     comment = out / "pr-comment.md"
     markdown = pr_comment(comparison, report_link=link)
     comment.write_text(markdown)
-    _publish(markdown, repo.name, base_sha, head_sha)
+    _publish(markdown, repo.name, to)
     return PrCheckSummary(
         repo.name, base_sha, head_sha, comparison.outcome, str(comment), str(report)
     )
@@ -145,15 +149,16 @@ def _narrowed(
     )
 
 
-def _error(repository: str, base: str, head: str, message: str) -> PrCheckSummary:
-    _publish(error_comment(message), repository, base, head)
-    return PrCheckSummary(repository, base, head, ERROR, error=message)
+def _error(repository: str, to: signature.Addressee, message: str) -> PrCheckSummary:
+    _publish(error_comment(message), repository, to)
+    return PrCheckSummary(repository, to.base, to.head, ERROR, error=message)
 
 
-def _publish(markdown: str, repository: str, base: str, head: str) -> None:
-    """The comment as the artifact the workflow posts, signed with the verdict key when this
-    reporter holds one (``report/signature.py``): the workflow posts nothing else."""
+def _publish(markdown: str, repository: str, to: signature.Addressee) -> None:
+    """The comment as the artifact the workflow posts, signed ``to`` its run with the
+    verdict key when this reporter holds one (``report/signature.py``): the workflow posts
+    nothing else."""
     key = os.environ.get(signature.KEY_ENV)
     if key:
-        markdown = signature.sign(markdown, key, repository, base, head)
-    create_markdown_artifact(markdown, key=artifact_key("pr-check", repository, head[:12]))
+        markdown = signature.sign(markdown, key, to)
+    create_markdown_artifact(markdown, key=artifact_key("pr-check", repository, to.head[:12]))

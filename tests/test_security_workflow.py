@@ -169,17 +169,21 @@ def test_workflow_actions_are_pinned_by_sha_and_secrets_stay_in_steps():
 VERIFY = ROOT / "infra" / "github" / "verify_comment.py"
 KEY = "verdict-key-of-the-tests"
 BASE, HEAD = "a" * 40, "b" * 40
+#: The run the workflow checks for: repository (full name), pull request, nonce.
+RUN = {"repository": "acme/kernels", "pr": "7", "nonce": "9f" * 16}
 
 
-def _posted(tmp_path: Path, text: str, key: str | None = KEY, head: str = HEAD) -> str:
+def _posted(tmp_path: Path, text: str, key: str | None = KEY, head: str = HEAD, **run: str) -> str:
     """What the workflow posts for the artifact ``text``: the verifier run as the step runs
-    it, with the verdict key in its environment (or none)."""
+    it, with the verdict key in its environment (or none), for ``RUN`` (``run`` overrides
+    its fields)."""
     comment = tmp_path / "comment.md"
     comment.write_text(text)
     env = {"PATH": "/usr/bin:/bin", **({"KERNELWATCH_VERDICT_KEY": key} if key else {})}
+    wanted = {**RUN, **run}
     proc = subprocess.run(
-        [sys.executable, str(VERIFY), str(comment), "--repository", "kernels", "--base", BASE,
-         "--head", head],
+        [sys.executable, str(VERIFY), str(comment), "--repository", wanted["repository"],
+         "--pr", wanted["pr"], "--nonce", wanted["nonce"], "--base", BASE, "--head", head],
         env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -187,14 +191,16 @@ def _posted(tmp_path: Path, text: str, key: str | None = KEY, head: str = HEAD) 
 
 
 def _signed_comment(outcome: int, monkeypatch) -> str:
-    """The artifact the pr_check flow publishes for a comment with ``outcome``."""
+    """The artifact the pr_check flow publishes for a comment with ``outcome``, for ``RUN``."""
     from kernelwatch.flows import prcheck
     from kernelwatch.report.markdown import MARKER
+    from kernelwatch.report.signature import Addressee
 
     published = []
     monkeypatch.setattr(prcheck, "create_markdown_artifact", lambda m, key: published.append(m))
     monkeypatch.setenv("KERNELWATCH_VERDICT_KEY", KEY)
-    prcheck._publish(f"{MARKER.format(outcome=outcome)}\n# verdict\n", "kernels", BASE, HEAD)
+    to = Addressee(RUN["repository"], int(RUN["pr"]), RUN["nonce"], BASE, HEAD)
+    prcheck._publish(f"{MARKER.format(outcome=outcome)}\n# verdict\n", "kernels", to)
     (artifact,) = published
     return artifact
 
@@ -225,6 +231,29 @@ def test_a_rewritten_or_foreign_or_unsigned_comment_is_posted_as_outcome_2(tmp_p
         assert why in posted and "outcome=0" not in posted
 
 
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"nonce": "0e" * 16},  # an older run's signed comment for the same commits, replayed
+        {"pr": "8"},  # the same commits opened as another pull request
+        {"repository": "acme/other-kernels"},  # another repository under the same key
+        {"nonce": ""},  # a run that handed no nonce: nothing can be bound to it
+    ],
+    ids=["another run", "another pull request", "another repository", "no nonce"],
+)
+def test_a_signed_comment_replayed_for_another_run_pr_or_repository_is_outcome_2(
+    tmp_path, monkeypatch, other
+):
+    """Issue 46: the signature covered the configuration's short name and the two commits
+    only, so an older signed comment for the same commits (a flaky pass) could be planted as
+    this run's artifact, and one key served every repository."""
+    artifact = _signed_comment(0, monkeypatch)
+    assert _posted(tmp_path, artifact).startswith("<!-- kernelwatch:pr-check outcome=0 -->")
+    posted = _posted(tmp_path, artifact, **other)
+    assert posted.startswith("<!-- kernelwatch:pr-check outcome=2 -->"), posted
+    assert "does not verify" in posted
+
+
 def test_the_workflow_verifies_the_comment_before_posting_it():
     steps = [s.get("name", s.get("uses", "")) for s in _workflow()["jobs"]["check"]["steps"]]
     fetch, verify = (
@@ -234,7 +263,12 @@ def test_the_workflow_verifies_the_comment_before_posting_it():
     assert fetch < verify < steps.index("Post or update the comment")
     step = _workflow()["jobs"]["check"]["steps"][verify]
     assert "verify_comment.py" in step["run"]
-    assert step["env"] == {"KERNELWATCH_VERDICT_KEY": "${{ secrets.KERNELWATCH_VERDICT_KEY }}"}
+    assert step["env"] == {
+        "KERNELWATCH_VERDICT_KEY": "${{ secrets.KERNELWATCH_VERDICT_KEY }}",
+        "NONCE": "${{ steps.flow.outputs.nonce }}",
+    }
+    for bound in ('--repository "$GITHUB_REPOSITORY"', '--pr "$PR"', '--nonce "$NONCE"'):
+        assert bound in step["run"], bound
 
 
 def test_the_pull_requests_own_text_reaches_the_flow_as_data(tmp_path):
@@ -259,13 +293,18 @@ def test_the_pull_requests_own_text_reaches_the_flow_as_data(tmp_path):
     branch = 'x$(touch pwned)`touch pwned`"; touch pwned #'
     env = {"PATH": f"{fake}:/usr/bin:/bin", "ARGS": str(tmp_path / "args"), "PR": "42",
            "BRANCH": branch, "AUTHOR": "mallory", "BASE": "a" * 40, "HEAD": "1" * 39 + "e",
-           "REPOSITORY": "llm-kernels", "POOL": "gpu-h100",
+           "REPOSITORY": "llm-kernels", "POOL": "gpu-h100", "GITHUB_REPOSITORY": "acme/kernels",
            "GITHUB_OUTPUT": str(tmp_path / "out")}  # fmt: skip
     proc = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env,
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     args = (tmp_path / "args").read_text().split("\0")
     params = json.loads(args[args.index("--params") + 1])
+    nonce = params.pop("nonce")
     assert params == {"base": "a" * 40, "head": "1" * 39 + "e", "repository": "llm-kernels",
-                      "pr_number": 42, "branch": branch, "author": "mallory"}  # fmt: skip
+                      "pr_number": 42, "branch": branch, "author": "mallory",
+                      "github_repository": "acme/kernels"}  # fmt: skip
+    # The nonce the run hands the flow, and keeps for the verifier: 128 random bits.
+    assert re.fullmatch(r"[0-9a-f]{32}", nonce)
+    assert f"nonce={nonce}" in (tmp_path / "out").read_text()
     assert not (tmp_path / "pwned").exists()

@@ -2,15 +2,17 @@
 wrote (``report/signature.py`` makes it) before ``workflows/pr-check.yml`` posts it.
 
 The comment's last line is an HMAC-SHA256, under the verdict key only the reporter and this
-workflow's environment hold, of the comment bound to the repository and the two commits the
-gate chose. A comment that verifies is written back without that line; anything else (no
+workflow's environment hold, of the comment bound to the repository's full name, the pull
+request's number, the nonce this workflow run handed the flow and the two commits the gate
+chose: a signed comment of another run (an older, flaky pass), pull request or repository
+does not verify. A comment that verifies is written back without that line; anything else (no
 comment, no signature, another comment's, an altered one, no key configured) becomes a
 comment with ``outcome=2`` that says why, so the check fails closed.
 
 Standard library only: it runs on GitHub's runner before anything is installed.
 
-    KERNELWATCH_VERDICT_KEY=... python3 verify_comment.py COMMENT.md --repository R \
-        --base SHA --head SHA
+    KERNELWATCH_VERDICT_KEY=... python3 verify_comment.py COMMENT.md --repository OWNER/NAME \
+        --pr N --nonce NONCE --base SHA --head SHA
 """
 
 from __future__ import annotations
@@ -25,16 +27,20 @@ from pathlib import Path
 KEY_ENV = "KERNELWATCH_VERDICT_KEY"
 PREFIX = "<!-- kernelwatch:signature sha256="
 SUFFIX = " -->"
+VERSION = "kernelwatch-pr-check-2"
 MARKER = "<!-- kernelwatch:pr-check outcome=2 -->"
 
 
-def verified(text: str, key: str, repository: str, base: str, head: str) -> str | None:
-    """The comment without its signature line when that line signs it for these commits."""
+def verified(
+    text: str, key: str, repository: str, pr: str, nonce: str, base: str, head: str
+) -> str | None:
+    """The comment without its signature line when that line signs it for this repository
+    (``owner/name``), pull request, workflow run (``nonce``) and commits."""
     body, _, last = text.rstrip("\n").rpartition("\n")
-    if not (last.startswith(PREFIX) and last.endswith(SUFFIX)) or not key:
+    if not (last.startswith(PREFIX) and last.endswith(SUFFIX)) or not key or not nonce:
         return None
     body += "\n"
-    message = "\n".join((repository, base, head, body)).encode()
+    message = "\n".join((VERSION, repository, pr, nonce, base, head, body)).encode()
     expected = hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
     given = last[len(PREFIX) : -len(SUFFIX)]
     return body if hmac.compare_digest(given, expected) else None
@@ -51,7 +57,9 @@ def refusal(why: str) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("comment", type=Path)
-    parser.add_argument("--repository", required=True)
+    parser.add_argument("--repository", required=True, help="owner/name")
+    parser.add_argument("--pr", required=True, help="the pull request's number")
+    parser.add_argument("--nonce", required=True, help="what this run handed the flow")
     parser.add_argument("--base", required=True)
     parser.add_argument("--head", required=True)
     args = parser.parse_args(argv)
@@ -68,9 +76,12 @@ def main(argv: list[str]) -> int:
     if not text.strip():
         args.comment.write_text(refusal("the flow run left no comment"), encoding="utf-8")
         return 0
-    body = verified(text, key, args.repository, args.base, args.head)
+    body = verified(text, key, args.repository, args.pr, args.nonce, args.base, args.head)
     if body is None:
-        why = "its signature does not verify (not the reporter's verdict for these commits)"
+        why = (
+            "its signature does not verify (not the reporter's verdict for these commits of "
+            "this pull request, in this run)"
+        )
         args.comment.write_text(refusal(why), encoding="utf-8")
         return 0
     args.comment.write_text(body, encoding="utf-8")
