@@ -97,7 +97,10 @@ class _Proxy:
         self.results = exchange / "results" / self.id
         self.kill_at: float | None = None
         staging = jobs / f".{self.id}.tmp"
-        staging.mkdir(mode=0o755)
+        # This side's and the runner's only (it reads as root): a job's children run as
+        # other uids, and must not read another job's plan or channel key from here.
+        staging.mkdir(mode=0o700)
+        os.chmod(staging, 0o700)  # whatever the umask
         spec = {"argv": list(argv), "env": dict(os.environ)}
         (staging / "job.json").write_text(json.dumps(spec))
         (staging / "alive").touch()
@@ -242,6 +245,22 @@ class _Job:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+def claim(job: _Job) -> bool:
+    """Make the job's results directory, the claim that one runner runs it (False: another
+    did). It is the job's requester's, as its request directory is, and no one else's: the
+    children of other jobs run as other uids and cannot read its output."""
+    try:
+        job.result.mkdir(mode=0o700)
+    except FileExistsError:
+        return False
+    os.chmod(job.result, 0o700)
+    with contextlib.suppress(OSError):  # the request went meanwhile: its proxy reads nothing
+        owner = job.request.stat()
+        if (owner.st_uid, owner.st_gid) != (os.geteuid(), os.getegid()):
+            os.chown(job.result, owner.st_uid, owner.st_gid)
+    return True
+
+
 @dataclass
 class Runner:
     """Serve the jobs of ``requests`` (read-only here) into ``results``, each in a local
@@ -278,9 +297,7 @@ class Runner:
             if name.startswith(".") or name in self.jobs:
                 continue
             job = _Job(name, jobs / name, self.results / name)
-            try:
-                job.result.mkdir(mode=0o755)  # the claim: one runner per job
-            except FileExistsError:
+            if not claim(job):
                 continue
             self.jobs[name] = job
             threading.Thread(target=self._run, args=(job,), daemon=True).start()

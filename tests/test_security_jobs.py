@@ -205,3 +205,33 @@ def test_a_lease_ends_what_a_holder_killed_outright_left_behind():
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(left_pid, 9)
+
+
+def test_a_job_cannot_read_another_jobs_plan_key_or_results():
+    """Issue 46: without a mount namespace every child saw ``requests/jobs/<id>/`` (0755,
+    ``job.json`` and ``stdin`` 0644: another job's plan and channel key) and other jobs'
+    live results. Now each job's request and results are its requester's and the runner's
+    only; a job's child (another leased uid) is refused both."""
+    from kernelwatch.harness import remote
+
+    exchange = Path(tempfile.mkdtemp(prefix="kw-exchange-"))
+    try:
+        os.chmod(exchange, 0o755)
+        proxy = remote._Proxy(exchange, [sys.executable, "-m", sorted(remote.ENTRY_POINTS)[0]])
+        proxy.stdin.write(b'{"key": "the channel key of this job"}\n')
+        proxy.stdin.close()
+        (exchange / "results").mkdir(mode=0o755)
+        job = remote._Job(proxy.id, proxy.job, proxy.results)
+        assert remote.claim(job) and not remote.claim(job)  # one runner per job
+        (job.result / "stdout").write_bytes(b"this job's records\n")
+        with leased_identity() as other:
+            assert other is not None
+            for path in (proxy.job / "job.json", proxy.job / "stdin", job.result / "stdout"):
+                read = subprocess.run(
+                    ["cat", str(path)], user=other.uid, group=other.gid, extra_groups=[],
+                    capture_output=True, text=True, check=False,
+                )  # fmt: skip
+                assert read.returncode != 0 and "Permission denied" in read.stderr, path
+                assert not read.stdout, path
+    finally:
+        shutil.rmtree(exchange, ignore_errors=True)
