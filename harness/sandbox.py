@@ -485,14 +485,16 @@ def end_processes(uid: int) -> None:
     and wherever they went): ``jail --end`` run as that uid. Every child of the sandbox has
     ended by then, so nothing of the uid has a right to live. Raises :class:`SandboxError`
     when some still live after :data:`END_WITHIN_S`."""
-    # Started as root, it drops to the uid itself: the uid may not read this Python.
+    # Started as root, it drops to the uid itself: the uid may not read this Python. Where
+    # kernelwatch comes from PYTHONPATH (a wheel unpacked on a GPU host), so does the jail.
+    env = {name: os.environ[name] for name in ("PATH", "PYTHONPATH") if name in os.environ}
     ended = subprocess.run(
         [sys.executable, "-m", "kernelwatch.harness.jail", "--end", str(uid), str(END_WITHIN_S)],
-        cwd="/", env={"PATH": os.defpath}, capture_output=True, text=True, check=False,
+        cwd="/", env=env, capture_output=True, text=True, check=False,
         timeout=END_WITHIN_S + 30,
     )  # fmt: skip
-    if ended.returncode != 0:
-        left = jail.live_processes(uid)
+    left = jail.live_processes(uid) if ended.returncode != 0 else []
+    if left:
         raise SandboxError(
             f"processes of sandbox uid {uid} outlived its run and could not be ended "
             f"({ended.stderr.strip() or f'exit {ended.returncode}'}; still alive: {left}): "
