@@ -259,12 +259,11 @@ def live_processes(uid: int, but: int | None = None) -> list[int]:
 
 def end_user(uid: int, within_s: float) -> int:
     """Kill every process of ``uid`` (a leased sandbox uid, whose gid is the same), as ``uid``
-    itself: ``kill(-1, SIGKILL)`` signals all
-    of them in one pass of the kernel's process list, during which none can fork (a fork
-    that completes after it fails on its parent's pending SIGKILL), so a process that forks
-    and exits in a loop cannot stay ahead of it as it can of a scan of ``/proc``. Repeated
-    until no live process of ``uid`` is left; 0 then, 1 if some still live after
-    ``within_s`` (a process stuck in the kernel)."""
+    itself: ``kill(-1, SIGKILL)`` signals all of them in one pass of the kernel's process
+    list, during which none can fork (a fork that completes after it fails on its parent's
+    pending SIGKILL), so a process that forks and exits in a loop cannot stay ahead of it as
+    it can of a scan of ``/proc``. Repeated until no live process of ``uid`` is left; 0
+    then, 1 if some still live after ``within_s`` (a process stuck in the kernel)."""
     if uid == 0:
         raise SystemExit("jail --end 0: root's processes are not a sandbox's")
     if os.getuid() == 0:  # started by a root worker: become the uid (its gid is the same)

@@ -142,18 +142,17 @@ def contained_job() -> Iterator[tuple[Sandbox, int]]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def run_job(box: Sandbox, code: str) -> tuple[int, float]:
-    """Run ``code`` as the job's child through the supervisor's ``spawn``: its exit code,
-    and how long its reaper took to end after the child's output closed."""
+def run_job(box: Sandbox, code: str) -> float:
+    """Run ``code`` as the job's child through the supervisor's ``spawn`` (it must exit 3):
+    how long its reaper took to end after the child's output closed."""
     with tempfile.TemporaryFile(mode="w+b") as stderr:
         proc, events = spawn(
             "unused", {}, stderr, box, wrapper=[SYSTEM_PYTHON, "-c", code, "marker"]
         )
         assert events.get(timeout=120) is None, tail(stderr)
         start = time.monotonic()
-        code_ = wait(proc)
-        assert code_ == 3, tail(stderr)
-        return code_, time.monotonic() - start
+        assert wait(proc) == 3, tail(stderr)
+        return time.monotonic() - start
 
 
 @pytest.mark.parametrize(
@@ -161,7 +160,7 @@ def run_job(box: Sandbox, code: str) -> tuple[int, float]:
 )
 def test_nothing_a_contained_job_started_outlives_its_sandbox(name, code):
     with contained_job() as (box, uid):
-        _, reaped_in = run_job(box, code)
+        reaped_in = run_job(box, code)
         # The reaper gives up on what it cannot catch within its bound; the lease does not.
         assert reaped_in < jail.REAPER_WITHIN_S + 5, f"{name}: the reaper ran {reaped_in:.1f} s"
     left = jail.live_processes(uid)
@@ -178,7 +177,7 @@ def test_the_next_job_gets_another_uid():
     assert second.uid != first.uid
 
 
-def test_a_lease_ends_what_a_holder_killed_outright_left_behind():
+def test_a_lease_ends_what_a_holder_killed_outright_left_behind(monkeypatch):
     """A worker killed with SIGKILL never releases its lease in order: the processes of its
     children stay. The next lease of that uid ends them before its own children start."""
     script = (
@@ -197,8 +196,9 @@ def test_a_lease_ends_what_a_holder_killed_outright_left_behind():
     holder.wait()
     try:
         assert left_pid in jail.live_processes(uid)
-        # The rotation comes back to it (after a thousand leases, or now).
-        (sandbox_module._lock_dir() / sandbox_module.NEXT_UID).write_text(str(uid))
+        # The rotation comes back to it (after a thousand leases, or now): only to it, so
+        # that another test worker's lease meanwhile cannot move this one elsewhere.
+        monkeypatch.setattr(sandbox_module, "_rotation", lambda locks: [uid])
         with leased_identity() as identity:
             assert identity is not None and identity.uid == uid
             assert left_pid not in jail.live_processes(uid)
