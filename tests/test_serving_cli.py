@@ -57,6 +57,15 @@ def test_a_batch_stores_every_good_file_and_names_each_bad_one(
     sglang = kernelwatch_cli("serving", "ingest", *options, str(tmp_path / "sglang.jsonl"), env=env)
     assert sglang.returncode == 0, sglang.stderr
     assert "stored: failed run of chat-8b-sglang" in sglang.stdout
+    # Each line is keyed by its own content, so a second ingest of the file stores neither.
+    sglang_again = kernelwatch_cli(
+        "serving", "ingest", "--json", *options, str(tmp_path / "sglang.jsonl"), env=env
+    )
+    assert sglang_again.returncode == 0, sglang_again.stderr
+    assert [json.loads(line)["stored"] for line in sglang_again.stdout.splitlines()] == [
+        False,
+        False,
+    ]
 
     with psycopg.connect(store_url) as conn:
         rows = conn.execute(

@@ -1,5 +1,5 @@
 """A hostile suite whose kernels try to outlast their child or to exhaust the host (issue 29,
-item 3): one leaves a ``sleep 300`` behind that double-forked and called ``setsid``, so it is
+item 3): one leaves a ``sleep`` of 300 s behind that double-forked and called ``setsid``, so it is
 in no process group the supervisor kills, one writes 2 GiB to a file, one prints 100 MB on
 stderr. ``honest`` comes last: the run must go on to it.
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import torch
 
@@ -24,8 +25,10 @@ def _right(t, o, p, cfg):
 
 
 def _orphan(t, o, p, cfg):
-    """Leave a ``sleep 300`` that is nobody's child and leads its own session, and name its
-    pid in the error text (the test reads it from the record)."""
+    """Leave a ``sleep`` that is nobody's child and leads its own session, and name it in the
+    error text by its argument, unique to this run: the test finds it on the host by its
+    command line, since in the sandbox's PID namespace its pid means nothing outside."""
+    seconds = f"300.{int.from_bytes(os.urandom(4), 'big'):010d}"
     read, write = os.pipe()
     if os.fork() == 0:
         os.setsid()
@@ -34,12 +37,19 @@ def _orphan(t, o, p, cfg):
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-            os.execvp("sleep", ["sleep", "300"])
+            os.execvp("sleep", ["sleep", seconds])
         os._exit(0)
     os.close(write)
     pid = os.read(read, 32).decode()
     os.wait()
-    raise RuntimeError(f"ORPHAN {pid}")
+    # Return only once the grandchild runs ``sleep``: before its exec it is still Python.
+    cmdline = f"/proc/{pid}/cmdline"
+    for _ in range(500):
+        with open(cmdline, "rb") as handle:
+            if handle.read().startswith(b"sleep\0"):
+                break
+        time.sleep(0.01)
+    raise RuntimeError(f"ORPHAN sleep {seconds}")
 
 
 def _big_file(t, o, p, cfg):
