@@ -47,6 +47,9 @@ THROTTLED_MAX = 0.05
 NCU_BAND = 0.10
 #: CUDA events' nominal step, when the granularity stage did not measure one.
 EVENT_STEP_NS = 500.0
+#: The traced step: the matched and unmatched shares must sum to the step's GPU time within
+#: this (a kernel event counted twice or dropped moves the sum by its share).
+TRACE_SHARE_TOLERANCE = 1e-6
 
 #: The questions, in the report's order: key, title.
 QUESTIONS = (
@@ -58,6 +61,7 @@ QUESTIONS = (
     ("clocks", "Clocks and throttling"),
     ("correctness", "Correctness (bf16) and a CUDA C++ launch"),
     ("ncu", "ncu cross-check"),
+    ("trace", "A traced decode step read as a serving trace"),
 )
 
 
@@ -83,6 +87,7 @@ def judge(data: Mapping[str, Any]) -> list[Finding]:
         "clocks": _clocks,
         "correctness": _correctness,
         "ncu": _ncu,
+        "trace": _trace,
     }
     findings = []
     for key, question in QUESTIONS:
@@ -368,3 +373,30 @@ def _ncu(stage: Mapping[str, Any], data: Mapping[str, Any]) -> Judged:
         f"ncu/ours {ratio:.3f}; pass within +-{100 * NCU_BAND:g}%"
     )
     return (PASS if abs(ratio - 1) <= NCU_BAND else FAIL), line, []
+
+
+def _trace(stage: Mapping[str, Any], data: Mapping[str, Any]) -> Judged:
+    """The step's trace as ``serving/step_trace.py`` read it: every kernel event counted once
+    (the shares sum to 1 and the rows' times to the step's GPU time), and every function the
+    child launched found under its own name as often as it launched it."""
+    errors = [f"left out of the step: {e}" for e in stage.get("errors", [])]
+    # A kernel this device cannot run (a CUDA C++ kernel on the CPU) is said, not failed.
+    unsupported = [f"not run on this device: {u}" for u in stage.get("unsupported", [])]
+    if not stage.get("kernel_events"):
+        return INCOMPLETE, stage.get("line", "no trace was read"), [*errors, *unsupported]
+    shares = stage["matched_share"] + stage["unmatched_share"]
+    functions = stage["functions"]
+    missing = [f"{name}: {c['found']} launches in the trace, {c['expected']} launched"
+               for name, c in functions.items() if c["found"] != c["expected"]]  # fmt: skip
+    unmatched = [f"unmatched: {r['trace']} {100 * r['share']:.1f}%"
+                 for r in stage["rows"] if r["kernel"] is None]  # fmt: skip
+    line = (
+        f"{len(stage['rows'])} kernels over {stage['steps']} steps, "
+        f"{stage['gpu_ns'] / 1e3:.1f} us of GPU time: matched {100 * stage['matched_share']:.1f}%"
+        f" + unmatched {100 * stage['unmatched_share']:.1f}% = {100 * shares:.4f}%; "
+        f"{len(functions) - len(missing)}/{len(functions)} launched functions found as often "
+        "as launched"
+    )
+    whole = abs(shares - 1.0) <= TRACE_SHARE_TOLERANCE and stage["rows_gpu_ns"] == stage["gpu_ns"]
+    ok = whole and functions and not missing and not errors
+    return (PASS if ok else FAIL), line, [*missing, *errors, *unsupported, *unmatched]

@@ -39,12 +39,17 @@ from kernelwatch.harness.selfcheck_stages import (
 from kernelwatch.harness.suite import BUILTIN_SUITE
 from kernelwatch.harness.supervise import SelectionUnavailable
 from kernelwatch.report.trust_summary import render
+from kernelwatch.serving.step_trace import read_step
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "incomplete": "yellow", "skipped": "dim"}
 
 #: What the harness leaves to analysis and report: the A/A verdicts, the findings, the summary.
 JUDGING = Judging(
-    pair=trust.pair_verdict, findings=trust.judge, summary=render, settled=trust.settled
+    pair=trust.pair_verdict,
+    findings=trust.judge,
+    summary=render,
+    settled=trust.settled,
+    trace=read_step,
 )
 
 

@@ -7,8 +7,9 @@ cache and compile each kernel once):
 
 1. ``measurements`` (one runner child, ``harness/timing/selfcheck.py``): the device and its
    clock setup, event granularity, the ceilings, %SOL of a large memory-bound case, the two
-   L2 flushes, agreement with ``do_bench`` and ``torch.utils.benchmark``, clocks and
-   throttling over every sample taken.
+   L2 flushes, agreement with ``do_bench`` and ``torch.utils.benchmark``, a decode step
+   traced with ``torch.profiler`` (read here by ``Judging.trace``, the serving-trace
+   reader), clocks and throttling over every sample taken.
 2. ``correctness``: every kernel's smoke cases in bf16 (the CPU cannot vouch for bf16),
    CUDA C++ kernels included.
 3. ``aa``: a few cases of every kernel at the workload's shapes, timed by
@@ -254,12 +255,15 @@ class Judging(Generic[F]):
     fields as ``aa.json`` keeps them, from its two measurements; ``findings``: every
     question's finding from the stages' data so far; ``summary``: ``summary.md`` from the
     findings, the data, each stage's line, the seconds taken and the deadline;
-    ``settled``: whether the findings let the self-check exit 0."""
+    ``settled``: whether the findings let the self-check exit 0; ``trace``: the traced
+    step's data with its profiler trace read into the share table (``serving/``'s reader,
+    which the harness may not import)."""
 
     pair: Callable[[Measurement, Measurement], dict[str, Any]]
     findings: Callable[[Mapping[str, Any]], list[F]]
     summary: Callable[[list[F], Mapping[str, Any], Mapping[str, str], float, float], str]
     settled: Callable[[list[F]], bool]
+    trace: Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
 #: ncu's duration units, long (older releases) and short (2025's, on the H200).
@@ -438,7 +442,8 @@ class _Run:
 
 def _measurements(run: _Run, stop_at: float) -> None:
     for name, data in run.backend.measurements(run.plan, stop_at, run.progress):
-        run.save(name, data)
+        # The trace itself is read here and not kept: the report holds its share table.
+        run.save(name, run.report.judging.trace(data) if name == "trace" else data)
 
 
 def _selection(plan: SelfcheckPlan, stop_at: float) -> dict[str, Any]:

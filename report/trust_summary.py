@@ -48,7 +48,31 @@ def render(
     lines += _agreement_table(data.get("agreement"))
     lines += _flush_lines(data.get("flush"))
     lines += _ceilings_table(data.get("ceilings"))
+    lines += _step_table(data.get("trace"))
     return "\n".join(lines) + "\n"
+
+
+def _step_table(stage: Mapping[str, Any] | None) -> list[str]:
+    """The traced decode step as ``kernelwatch serving explain`` would show a serving trace's:
+    each kernel of the trace, what it matched, its launches, GPU time and share."""
+    if not stage or not stage.get("rows"):
+        return []
+    lines = [
+        "",
+        f"## Traced decode step ({stage['steps']} steps, {_us(stage['gpu_ns'])} us of GPU time)",
+        "",
+        "| trace kernel | kernelwatch kernel | launches | GPU us | share |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for row in stage["rows"]:
+        matched = row["kernel"] or "unmatched"
+        if row["role"] == "baseline":
+            matched += f" (baseline: {row['library']})"
+        lines.append(
+            f"| {_cell(row['trace'][:80])} | {matched} | {row['launches']} "
+            f"| {_us(row['gpu_ns'])} | {100 * row['share']:.1f}% |"
+        )
+    return lines
 
 
 def _flush_lines(stage: Mapping[str, Any] | None) -> list[str]:

@@ -33,6 +33,7 @@ from kernelwatch.harness.spec import KernelSpec, Params, Suite
 from kernelwatch.harness.suite import SuiteRef, load_suite, spread
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.roofline import ELEMENT_BYTES, datasheet_peaks
+from kernelwatch.harness.timing.selfcheck import TRACE_STEPS, TRACE_WORKLOAD, step_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu-selfcheck.sh"
@@ -53,6 +54,9 @@ ASSUMED = {
     "check_case_s": 0.05,
     # ncu attaching, instrumenting and replaying its 20 profiled launches.
     "ncu_overhead_s": 25.0,
+    # torch.profiler's traced step: Kineto and CUPTI starting, the Chrome trace exported and
+    # read back (a few hundred kernel events).
+    "profiler_s": 5.0,
     # The spin before each sample (timers.MIN_BACKLOG_NS) and the L2 flush of 2 x 50 MiB.
     "sample_overhead_s": 50e-6 + 2 * 50 * 2**20 / 3.3e12,
 }
@@ -167,14 +171,14 @@ def cases_of(
             for p in spread(s.workloads[workload], count)]  # fmt: skip
 
 
-def stage_rows(plan: SelfcheckPlan, llm: list[dict[str, Any]], smoke: list[dict[str, Any]],
+def stage_rows(plan: SelfcheckPlan, records: list[dict[str, Any]],
                start_s: float) -> list[dict[str, Any]]:  # fmt: skip
     suite = load_suite(SuiteRef())
     options = plan.options
     dtype = options.dtype
     specs = [s for s in suite.kernels if isinstance(s, KernelSpec) and dtype in s.dtypes]
     timed = [s for s in specs if options.workload in s.workloads]
-    compiles = Compiles(suite, dtype, [*llm, *smoke])
+    compiles = Compiles(suite, dtype, records)
     child_s = start_s + ASSUMED["cuda_init_s"]
     rows = []
 
@@ -190,11 +194,22 @@ def stage_rows(plan: SelfcheckPlan, llm: list[dict[str, Any]], smoke: list[dict[
     sol_s = sampling_s(bench, model_s(sol, options.sol_case, dtype))
     launched = [(first, first_case), (sol, options.sol_case), *agreement]
     work = compiles.take(options.workload, launched)
+    # The traced step: each kernel's decode case (compiled and tuned here) or, for one with
+    # no decode workload, its case of the workload; a warm and an observed launch each, then
+    # TRACE_STEPS steps under the profiler.
+    step = [(spec, spec.workloads[w][len(spec.workloads[w]) // 2]) for spec in specs
+            if (w := step_workload(spec, options.workload)) is not None]  # fmt: skip
+    decode = [(spec, params) for spec, params in step if TRACE_WORKLOAD in spec.workloads]
+    trace_s = ASSUMED["profiler_s"] + (2 + TRACE_STEPS) * sum(
+        model_s(s, p, dtype) + ASSUMED["sample_overhead_s"] for s, p in step
+    )
+    for key, value in compiles.take(TRACE_WORKLOAD, decode).items():
+        work[key] += value
     # The ceilings' two collections, %SOL, and the flush comparison's two (an upper bound:
     # it times a smaller case).
-    sample_s = granularity_s + 2 * one + 3 * sol_s + rows_s
-    rows.append({"stage": "measurements", "cases": len(agreement) + 3, "processes": 1, **work,
-                 "startup_s": child_s, "sampling_s": sample_s})  # fmt: skip
+    sample_s = granularity_s + 2 * one + 3 * sol_s + rows_s + trace_s
+    rows.append({"stage": "measurements", "cases": len(agreement) + 3 + len(decode),
+                 "processes": 1, **work, "startup_s": child_s, "sampling_s": sample_s})  # fmt: skip
 
     # correctness: every smoke case in the dtype, at the kernels' pinned configs.
     checks = cases_of(specs, plan.check_workload, 0)
@@ -242,16 +257,16 @@ def main() -> None:
     args = parser.parse_args()
     plan = SelfcheckPlan()
     began = time.perf_counter()
-    llm = build_records(plan.options.workload, plan.options.dtype, args.keep)
-    smoke = build_records(plan.check_workload, plan.options.dtype, args.keep)
-    rows = stage_rows(plan, llm, smoke, startup_s())
+    workloads = (plan.options.workload, plan.check_workload, TRACE_WORKLOAD)
+    builds = {w: build_records(w, plan.options.dtype, args.keep) for w in workloads}
+    rows = stage_rows(plan, [r for records in builds.values() for r in records], startup_s())
     import triton
 
     details = {
         "arch": ARCH,
         "device": DEVICE,
         "triton": triton.__version__,
-        "builds": {"llm": len(llm), "smoke": len(smoke)},
+        "builds": {w: len(records) for w, records in builds.items()},
         "assumed": ASSUMED,
         "deadline_s": plan.deadline_s,
         "script_limit_s": script_limit_s(),

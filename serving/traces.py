@@ -46,6 +46,10 @@ class TraceError(ValueError):
     """A file that cannot be read as a profiler trace of GPU kernels: one line."""
 
 
+class NoKernelEvents(TraceError):
+    """A well-formed trace with no GPU kernel in it: a CPU-only profile."""
+
+
 @dataclass(frozen=True)
 class KernelTime:
     """One kernel of a trace: its full name (as normalised), its base name, how often it
@@ -95,21 +99,27 @@ def read_trace(path: Path) -> TraceProfile:
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read it: {exc.strerror}") from None
-    digest = hashlib.sha256(raw).hexdigest()
     if raw.startswith(_SQLITE_MAGIC):
         device, times = _nsys(path)
-        return _profile(path, digest, NSYS_SQLITE, device, times)
+        return _profile(path, hashlib.sha256(raw).hexdigest(), NSYS_SQLITE, device, times)
+    return chrome_trace(raw, path)
+
+
+def chrome_trace(raw: bytes, label: str | Path) -> TraceProfile:
+    """The kernels of a torch.profiler Chrome trace (gzipped or not) already read, named
+    ``label`` in errors: the self-check's own trace arrives from its child this way."""
+    digest = hashlib.sha256(raw).hexdigest()
     if raw.startswith(_GZIP_MAGIC):
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError) as exc:
-            raise TraceError(f"{path}: a gzip file that does not decompress ({exc})") from None
-    device, times = _chrome(path, raw)
-    return _profile(path, digest, TORCH_PROFILER, device, times)
+            raise TraceError(f"{label}: a gzip file that does not decompress ({exc})") from None
+    device, times = _chrome(label, raw)
+    return _profile(label, digest, TORCH_PROFILER, device, times)
 
 
 def _profile(
-    path: Path, digest: str, source: str, device: str, times: Iterable[tuple[str, str, int]]
+    path: str | Path, digest: str, source: str, device: str, times: Iterable[tuple[str, str, int]]
 ) -> TraceProfile:
     by_name: dict[str, list[int]] = {}
     short: dict[str, str] = {}
@@ -119,7 +129,7 @@ def _profile(
         short.setdefault(key, base or short_name(key))
     if not by_name:
         what = "Nsight Systems export" if source == NSYS_SQLITE else "torch.profiler trace"
-        raise TraceError(
+        raise NoKernelEvents(
             f"{path}: a {what} with no GPU kernel events (a CPU-only profile); profile the "
             "step on a GPU with CUDA activities (ProfilerActivity.CUDA, nsys --trace=cuda)"
         )
@@ -133,7 +143,7 @@ def _profile(
     return TraceProfile(digest, source, device, total, tuple(kernels))
 
 
-def _chrome(path: Path, raw: bytes) -> tuple[str, list[tuple[str, str, int]]]:
+def _chrome(path: str | Path, raw: bytes) -> tuple[str, list[tuple[str, str, int]]]:
     try:
         obj = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -20,6 +20,7 @@ returns a fake ``pynvml`` reading this GPU's clocks; ``monotonic``/``perf_counte
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import random
@@ -55,6 +56,9 @@ class FakeGpu:
     launches: int = 0
     jitter: float = 0.0  # relative standard deviation of a kernel's duration
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    # Launched kernels as a profiler and an observer see them: (name, start ns, duration ns).
+    traced: list[tuple[str, float, float]] | None = None
+    observed: list[str] | None = None
 
     # -- the GPU --------------------------------------------------------------------------
 
@@ -78,10 +82,12 @@ class FakeGpu:
         self.busy_ns += duration_ns
         return self.gpu_free_ns
 
-    def launch(self, kernel_ns: float, footprint_bytes: float = 0.0) -> None:
+    def launch(self, kernel_ns: float, footprint_bytes: float = 0.0, name: str = "") -> None:
         """A kernel launch from the host (a captured one during graph capture); a kernel that
         touches ``footprint_bytes`` of memory evicts that much of L2, writing back the dirty
-        lines among them."""
+        lines among them. ``name``: its GPU function's, for the observer and the profiler."""
+        if self.observed is not None:
+            self.observed.append(name)
         if self.capturing is not None:
             self.capturing.append(kernel_ns)
             return
@@ -91,7 +97,44 @@ class FakeGpu:
             kernel_ns *= 1.0 + self.rng.gauss(0.0, self.jitter)
         written_back = min(self.dirty_bytes, footprint_bytes)
         self.dirty_bytes -= written_back
-        self.run(kernel_ns + written_back / self.memset_gbps, self.launch_host_ns + extra)
+        duration = kernel_ns + written_back / self.memset_gbps
+        end = self.run(duration, self.launch_host_ns + extra)
+        if self.traced is not None:
+            self.traced.append((name, end - duration, duration))
+
+    @contextlib.contextmanager
+    def observe(self) -> Iterator[SimpleNamespace]:
+        """What ``capture.observing`` is on a GPU: the functions launched inside, in order."""
+        seen = SimpleNamespace(functions=[])
+        self.observed = seen.functions
+        try:
+            yield seen
+        finally:
+            self.observed = None
+
+    def profile(self, step: Callable[[], object], steps: int, kernels: bool = True) -> bytes:
+        """torch.profiler's Chrome trace of ``steps`` calls of ``step`` as Kineto writes it: a
+        CPU range per step, each kernel a complete event of category ``kernel`` (``dur`` in
+        us); with ``kernels`` False, a CPU-only profile."""
+        self.traced = []
+        events: list[dict[str, Any]] = []
+        try:
+            for _ in range(steps):
+                began = self.host_ns
+                step()
+                events.append({"ph": "X", "cat": "user_annotation", "name": "kernelwatch_step",
+                               "ts": began / 1e3, "dur": (self.host_ns - began) / 1e3})  # fmt: skip
+        finally:
+            traced, self.traced = self.traced, None
+        if kernels:
+            events += [
+                {"ph": "X", "cat": "kernel", "name": name, "ts": start / 1e3, "dur": ns / 1e3,
+                 "args": {"grid": [1, 1, 1], "block": [128, 1, 1]}}
+                for name, start, ns in traced
+            ]  # fmt: skip
+        properties = [{"id": 0, "name": "NVIDIA H200"}] if kernels else []
+        return json.dumps({"schemaVersion": 1, "deviceProperties": properties,
+                           "traceEvents": events}).encode()  # fmt: skip
 
     def kernel(self, kernel_ns: float, footprint_bytes: float = 0.0) -> Callable[[], None]:
         return lambda: self.launch(kernel_ns, footprint_bytes)
@@ -366,7 +409,8 @@ def doubling_spec(
         if gpu is not None:
             size = int(p.get("size", p["n"]))
             footprint = 2 * t["x"].element_size() * size if evicts else 0.0
-            gpu.launch(kernel_ns(p) if callable(kernel_ns) else kernel_ns, footprint)
+            ns = kernel_ns(p) if callable(kernel_ns) else kernel_ns
+            gpu.launch(ns, footprint, f"{name}_kernel")
         return chosen
 
     return KernelSpec(

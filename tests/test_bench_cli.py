@@ -123,6 +123,14 @@ def test_selfcheck_runs_every_stage_in_child_processes_and_reports_each(kernelwa
     assert findings["correctness"]["line"].startswith("4/4 (100.0%) fp16 cases pass")
     assert findings["correctness"]["status"] == "fail"  # no CUDA C++ kernel selected
     assert findings["ncu"]["status"] == "skipped"
+    # The traced step ran under the real torch.profiler in the child: the interpreter
+    # launches no GPU kernel, which the reader says, and the run went on (issue 44).
+    trace = report["data"]["trace"]
+    assert trace["steps"] == 3 and trace["kernel_events"] is False and "trace_gz" not in trace
+    ((kernel, functions),) = [(k["kernel"], k["functions"]) for k in trace["kernels"]]
+    assert kernel == "softmax" and functions == ["softmax_kernel"]
+    assert findings["trace"]["status"] == "incomplete"
+    assert "with no GPU kernel events (a CPU-only profile)" in findings["trace"]["line"]
     aa = report["data"]["aa"]
     # Two of softmax's four smoke cases, in two pairs of independent processes.
     assert aa["planned"] == len(aa["cases"]) == 4 and aa["processes"] == 4

@@ -194,6 +194,11 @@ def test_the_self_check_runs_from_the_wheel_on_the_hosts_image(image, tmp_path):
         # ncu is not on this machine: its question alone may not apply.
         allowed = (*STATUSES, "SKIPPED") if key == "ncu" else STATUSES
         assert row.group(1) in allowed, row.group(0)
+    # The traced decode step went through the real child, profiler tool and trace reader:
+    # every kernel the simulated H200 launched is in its trace under its own name.
+    assert re.search(r"^\| A traced decode step read as a serving trace \| \*\*PASS\*\* \|",
+                     run.stdout, re.MULTILINE), run.stdout[-3000:]  # fmt: skip
+    assert "## Traced decode step" in run.stdout
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert len(files) <= RETURNED_FILES, files
     assert took_s < limit

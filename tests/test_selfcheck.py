@@ -33,7 +33,7 @@ from kernelwatch.harness.supervise import BenchRequest, CheckRequest
 from kernelwatch.harness.timing.case import BenchSession
 from kernelwatch.harness.timing.ceilings import CeilingLaunches
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
-from kernelwatch.harness.timing.selfcheck import Tools, run_measurements
+from kernelwatch.harness.timing.selfcheck import TRACE_STEPS, Tools, run_measurements
 from kernelwatch.harness.timing.telemetry import open_probe
 from kernelwatch.harness.timing.timers import COLD, EVENTS_TIMER, GRAPH_TIMER, WARM, CudaTimer
 
@@ -78,6 +78,8 @@ class SimulatedBackend:
             probe=self.probe,
             do_bench=tools.get("do_bench", gpu.do_bench),
             torch_benchmark=tools.get("torch_benchmark", gpu.torch_benchmark),
+            profile=tools.get("profile", gpu.profile),
+            observe=gpu.observe,
             ceilings=CeilingLaunches(
                 copy=lambda: gpu.kernel(2 * (1 << 30) / COPY_GBPS),
                 copy_bytes=1 << 30,
@@ -187,14 +189,24 @@ def test_a_healthy_gpu_passes_every_question_and_the_report_has_every_part(tmp_p
     assert report["device"]["name"] == "NVIDIA H200"
     assert set(report["stages"]) == {"sandbox", "measurements", "correctness", "aa", "ncu"}
     assert set(report["data"]) == {
-        "device", "granularity", "ceilings", "sol", "flush", "agreement", "clocks",
+        "device", "granularity", "ceilings", "sol", "flush", "agreement", "trace", "clocks",
         "correctness", "aa", "coverage", "ncu",
     }  # fmt: skip
+    # The step's trace read as a serving trace: each kernel's function matched, launched
+    # once a step; the trace itself is not kept.
+    trace = report["data"]["trace"]
+    assert "trace_gz" not in trace and trace["device"] == "NVIDIA H200"
+    assert {r["kernel"] for r in trace["rows"]} == {k for k, *_ in EXPECTED_KERNELS}
+    assert trace["functions"] == {
+        f"{k}_kernel": {"expected": PLAN_STEPS, "found": PLAN_STEPS} for k, *_ in EXPECTED_KERNELS
+    }
+    assert trace["matched_share"] == pytest.approx(1.0) and trace["unmatched_share"] == 0
     summary = (outcome.folder / "summary.md").read_text()
+    assert f"| rms_norm_kernel | rms_norm | {PLAN_STEPS} |" in summary
     assert summary.startswith("# kernelwatch GPU self-check: NVIDIA H200")
     for _, question in trust.QUESTIONS:
         assert f"| {question} | **PASS** |" in summary
-    for heading in ("## Kernel times (us)", "## L2 flush", "## Ceilings"):
+    for heading in ("## Kernel times (us)", "## L2 flush", "## Ceilings", "## Traced decode step"):
         assert heading in summary
     flush = report["data"]["flush"]
     assert f"{100 * flush['difference']:+.1f}% from the dirty lines" in summary
@@ -208,6 +220,60 @@ def test_a_healthy_gpu_passes_every_question_and_the_report_has_every_part(tmp_p
     # ncu against the unprofiled %SOL median, not the inflated one of its own run.
     ncu = report["data"]["ncu"]
     assert ncu["ours_ns"] == report["data"]["sol"]["median_ns"]
+
+
+#: The fake suite's kernels, as the traced step launches them, and the steps it traces.
+EXPECTED_KERNELS = [(name,) for name in ("rms_norm", "softmax", "silu_and_mul",
+                                         "silu_and_mul_cuda", "gemm")]  # fmt: skip
+PLAN_STEPS = TRACE_STEPS
+
+
+def _traced(gpu: FakeGpu, tmp_path, **tools: Any) -> trust.Finding:
+    outcome = _run(SimulatedBackend(gpu, **tools), tmp_path)
+    return next(f for f in outcome.findings if f.key == "trace")
+
+
+def test_a_cpu_only_trace_leaves_the_step_incomplete_and_the_run_goes_on(tmp_path):
+    """On the CPU the profiler records no kernel events: the question says so, and every
+    other question is judged as before."""
+    gpu = FakeGpu(warm_after_ns=1e6, jitter=0.003)
+    no_kernels = lambda step, steps: gpu.profile(step, steps, kernels=False)  # noqa: E731
+    outcome = _run(SimulatedBackend(gpu, ncu=True, profile=no_kernels), tmp_path)
+    statuses = _statuses(outcome)
+    assert statuses.pop("trace") == trust.INCOMPLETE
+    assert set(statuses.values()) == {trust.PASS}
+    finding = next(f for f in outcome.findings if f.key == "trace")
+    assert finding.line.startswith("the self-check's trace: a torch.profiler trace with no GPU "
+                                   "kernel events (a CPU-only profile)")  # fmt: skip
+
+
+def test_a_kernel_the_trace_misses_or_counts_twice_fails_the_step(tmp_path):
+    gpu = FakeGpu(warm_after_ns=1e6, jitter=0.003)
+
+    def dropping(step, steps):
+        trace = json.loads(gpu.profile(step, steps))
+        events = trace["traceEvents"]
+        first = next(i for i, e in enumerate(events) if e["name"] == "softmax_kernel")
+        del events[first]
+        events.append({**events[-1], "ts": events[-1]["ts"] + 1})  # the last kernel twice
+        return json.dumps(trace).encode()
+
+    finding = _traced(gpu, tmp_path, profile=dropping)
+    assert finding.status == trust.FAIL
+    assert f"softmax_kernel: {PLAN_STEPS - 1} launches in the trace, {PLAN_STEPS} launched" in (
+        finding.details
+    )
+    assert f"gemm_kernel: {PLAN_STEPS + 1} launches in the trace, {PLAN_STEPS} launched" in (
+        finding.details
+    )
+
+
+def test_a_trace_that_is_not_one_fails_the_step_in_one_line(tmp_path):
+    gpu = FakeGpu(warm_after_ns=1e6, jitter=0.003)
+    finding = _traced(gpu, tmp_path, profile=lambda step, steps: b'{"traceEvents": [')
+    assert finding.status == trust.FAIL
+    assert finding.line.startswith("the measurement failed: the self-check's trace: not JSON")
+    assert "\n" not in finding.line
 
 
 def test_a_throttling_gpu_and_a_disagreeing_tool_fail_their_questions(tmp_path):

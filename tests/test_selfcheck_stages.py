@@ -140,7 +140,7 @@ class Recorder:
         return f"{findings[0].stages} stages judged\n"
 
     def judging(self) -> Judging[Found]:
-        return Judging(self.pair, self.findings, self.summary, lambda found: self.settle)
+        return Judging(self.pair, self.findings, self.summary, lambda found: self.settle, dict)
 
 
 def _run(

@@ -155,3 +155,43 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
     finally:
         for cls, name, original in saved:
             setattr(cls, name, original)
+
+
+@dataclass
+class Observed:
+    """The GPU functions launched inside :func:`observing`, by name, in order."""
+
+    functions: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def observing() -> Iterator[Observed]:
+    """Name every Triton and CUDA C++ function launched inside, and launch it: the self-check's
+    traced step (``timing/selfcheck.py``) matches a profiler's kernel names to these, as
+    ``serving/names.py`` matches a serving trace's to the build stage's recorded launches."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    observed = Observed()
+
+    def naming(original: Any, name_of: Any) -> Any:
+        def launched(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not kwargs.get("warmup", False):
+                observed.functions.append(name_of(self, args, kwargs))
+            return original(self, *args, **kwargs)
+
+        return launched
+
+    patches = (
+        (JITFunction, "run", lambda self, args, kwargs: self.fn.__name__),
+        (InterpretedFunction, "run", lambda self, args, kwargs: self.fn.__name__),
+        (CudaKernel, "launch", lambda self, args, kwargs: kwargs.get("entry") or args[0]),
+    )
+    saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
+    try:
+        for (cls, name, name_of), (_, _, original) in zip(patches, saved, strict=True):
+            setattr(cls, name, naming(original, name_of))
+        yield observed
+    finally:
+        for cls, name, original in saved:
+            setattr(cls, name, original)

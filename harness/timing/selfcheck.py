@@ -15,6 +15,13 @@ crash later keeps it:
   graph (warm), ``triton.testing.do_bench`` (median; it zeroes a 256 MiB buffer before every
   launch, so L2 is cold and the host is usually ahead) and ``torch.utils.benchmark`` (host
   clock around back-to-back launches, warm L2). A tool that fails leaves the others' numbers.
+- ``trace``: a decode step of the selected kernels (one launch each, of the middle case of
+  its ``decode`` workload, or of the self-check's workload for a kernel with none: norms,
+  activations, rope run per token either way) run ``TRACE_STEPS`` times under
+  ``torch.profiler`` after a warm-up: the Chrome trace as the profiler wrote it (gzipped,
+  base64) and the functions each kernel launched, named as they launched. The parent reads
+  it as a serving trace is read (issue 44: the shares a serving regression is explained by
+  come from such traces) and checks the shares.
 - ``clocks``: every sample this process took: how many were throttled and why, the SM clock.
   Emitted again after every other measurement, so a deadline kill keeps the clocks so far.
 
@@ -28,17 +35,23 @@ the tests, which run this module end to end on the CPU.
 
 from __future__ import annotations
 
+import base64
+import gzip
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kernelwatch.harness.build.capture import Observed, observing
 from kernelwatch.harness.device import Device
 from kernelwatch.harness.records import CaseId, SoftwareInfo, Summary
-from kernelwatch.harness.spec import KernelSpec, Params, Suite
+from kernelwatch.harness.spec import KernelSpec, KernelUnsupported, Params, Suite
 from kernelwatch.harness.suite import select_tasks
 from kernelwatch.harness.timing.case import BenchSession, prepare
 from kernelwatch.harness.timing.ceilings import CeilingLaunches, measure_ceilings
@@ -71,6 +84,13 @@ from kernelwatch.harness.timing.timers import (
 
 #: Samples taken for the granularity question: enough to see every value events take.
 GRANULARITY_SAMPLES = 200
+#: Decode steps run under the profiler: a kernel's launches in the trace are this many times
+#: its launches in one step.
+TRACE_STEPS = 3
+#: The workload whose middle case a kernel runs in the traced step, where it has one.
+TRACE_WORKLOAD = "decode"
+#: The name of each traced step's ``record_function`` range.
+STEP_RANGE = "kernelwatch_step"
 
 Emit = Callable[[str, Mapping[str, Any]], None]
 
@@ -79,13 +99,18 @@ Emit = Callable[[str, Mapping[str, Any]], None]
 class Tools:
     """What the measurements run on. ``timer(name)`` builds a timer of that method (None
     where the device cannot do it); ``do_bench``/``torch_benchmark`` time a launch and return
-    its median in ns (None where they cannot run); ``ceilings`` are the roofs' workloads
-    (None: the device's own); ``clock``/``sleep`` the host's."""
+    its median in ns (None where they cannot run); ``profile(step, n)`` runs ``step`` n times
+    under the profiler and returns its Chrome trace's bytes (None: no profiler);
+    ``observe()`` names the GPU functions launched inside it;
+    ``ceilings`` are the roofs' workloads (None: the device's own); ``clock``/``sleep`` the
+    host's."""
 
     timer: Callable[[str], Timer | None]
     probe: Probe
     do_bench: Callable[[Callable[[], object]], float] | None
     torch_benchmark: Callable[[Callable[[], object]], float] | None
+    profile: Callable[[Callable[[], object], int], bytes] | None = None
+    observe: Callable[[], AbstractContextManager[Observed]] = observing
     ceilings: CeilingLaunches | None = None
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
@@ -102,7 +127,7 @@ def device_tools(device: Device, probe: Probe) -> Tools:
             return make_timer("cpu", CPU_TIMER, None, None, None) if name == EVENTS_TIMER else None
         return make_timer("cuda", name, None, info.l2_bytes, probe.max_sm_clock_mhz)
 
-    return Tools(timer, probe, _do_bench if cuda else None, _torch_benchmark)
+    return Tools(timer, probe, _do_bench if cuda else None, _torch_benchmark, _profiler(cuda))
 
 
 def _do_bench(fn: Callable[[], object]) -> float:
@@ -117,6 +142,38 @@ def _torch_benchmark(fn: Callable[[], object]) -> float:
     # Its documented default use; it synchronizes CUDA around each block of runs.
     measured = TorchTimer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.2)
     return float(measured.median) * 1e9
+
+
+def step_workload(spec: KernelSpec, workload: str) -> str | None:
+    """The workload ``spec``'s case in the traced step comes from: ``TRACE_WORKLOAD`` where it
+    has one, else the self-check's ``workload``; None when it has neither."""
+    return next((w for w in (TRACE_WORKLOAD, workload) if w in spec.workloads), None)
+
+
+def _profiler(cuda: bool) -> Callable[[Callable[[], object], int], bytes]:
+    """torch.profiler around ``steps`` calls of a step, each in a ``STEP_RANGE`` range, with
+    CUDA activities on a GPU (on the CPU the trace has no kernel events, which the reader
+    says)."""
+
+    def profile(step: Callable[[], object], steps: int) -> bytes:
+        import torch
+        from torch.profiler import ProfilerActivity, record_function
+        from torch.profiler import profile as torch_profile
+
+        activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+        with torch_profile(activities=activities) as prof:
+            for _ in range(steps):
+                with record_function(STEP_RANGE):
+                    step()
+            if cuda:
+                torch.cuda.synchronize()
+        # In the sandbox's own temporary folder (TMPDIR), removed before the child answers.
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "trace.json"
+            prof.export_chrome_trace(str(path))
+            return path.read_bytes()
+
+    return profile
 
 
 class _Measurer:
@@ -146,8 +203,13 @@ class _Measurer:
         self.session, self.graph = events, session(tools.timer(GRAPH_TIMER))
         selected = [s for s in suite.kernels if not options.kernels or s.name in options.kernels]
         # A distributed case is compared with nothing single-process.
-        self.specs = [
-            s for s in selected if isinstance(s, KernelSpec) and options.workload in s.workloads
+        single = [s for s in selected if isinstance(s, KernelSpec)]
+        self.specs = [s for s in single if options.workload in s.workloads]
+        #: The traced step's kernels, each with the workload its case comes from.
+        self.step_cases = [
+            (s, w)
+            for s in single
+            if options.dtype in s.dtypes and (w := step_workload(s, options.workload)) is not None
         ]
 
     def collect(self, fn: Callable[[], object], graph: bool = False) -> Collected:
@@ -167,9 +229,9 @@ class _Measurer:
         case = self.case(spec, params)
         return prepare(spec, case, self.device, 0, None).kernel
 
-    def case(self, spec: KernelSpec, params: Params) -> CaseId:
-        return CaseId(self.suite.name, spec.name, self.options.workload, dict(params),
-                      self.options.dtype)  # fmt: skip
+    def case(self, spec: KernelSpec, params: Params, workload: str | None = None) -> CaseId:
+        return CaseId(self.suite.name, spec.name, workload or self.options.workload,
+                      dict(params), self.options.dtype)  # fmt: skip
 
     def middle(self, spec: KernelSpec) -> Params:
         cases = spec.workloads[self.options.workload]
@@ -310,6 +372,56 @@ class _Measurer:
                 errors.append(f"{name}: {_line(exc)}")
         return {**row, "errors": errors}
 
+    def trace(self) -> dict[str, Any]:
+        """The decode step under the profiler (see the module docstring). Each kernel runs
+        once before it is observed, so compiling and autotuning are neither named nor
+        traced; a kernel this device cannot run is left out and said, one that fails to
+        launch is left out and is an error."""
+        if self.tools.profile is None:
+            raise RuntimeError("no profiler on this device")
+        kernels: list[dict[str, Any]] = []
+        step: list[Callable[[], object]] = []
+        errors: list[str] = []
+        unsupported: list[str] = []
+        for spec, workload in self.step_cases:
+            params = spec.workloads[workload][len(spec.workloads[workload]) // 2]
+            try:
+                fn = prepare(spec, self.case(spec, params, workload), self.device, 0, None).kernel
+                fn()
+                with self.tools.observe() as seen:
+                    fn()
+            except KernelUnsupported as exc:
+                unsupported.append(f"{spec.name}: {_line(exc)}")
+                continue
+            except Exception as exc:  # the kernel's failure leaves the step to the others
+                errors.append(f"{spec.name}: {_line(exc)}")
+                continue
+            kernels.append(
+                {
+                    "kernel": spec.name,
+                    "workload": workload,
+                    "case": dict(params),
+                    "functions": seen.functions,
+                    "baseline": spec.baseline.name,
+                }
+            )
+            step.append(fn)
+        if not step:
+            raise RuntimeError("no kernel could be launched: " + "; ".join(errors))
+
+        def run_step() -> None:
+            for fn in step:
+                fn()
+
+        raw = self.tools.profile(run_step, TRACE_STEPS)
+        return {
+            "steps": TRACE_STEPS,
+            "kernels": kernels,
+            "errors": errors,
+            "unsupported": unsupported,
+            "trace_gz": base64.b64encode(gzip.compress(raw)).decode(),
+        }
+
     def clocks(self) -> dict[str, Any]:
         samples = self.samples
         reasons: Counter[str] = Counter()
@@ -359,6 +471,7 @@ def run_measurements(
         ("sol", measurer.sol),
         ("flush", measurer.flush),
         ("agreement", lambda: measurer.agreement(lambda rows: emit("agreement", rows))),
+        ("trace", measurer.trace),
     )
     for name, step in steps:
         if options.steps and name not in options.steps:

@@ -11,8 +11,8 @@ Triton is imported). In the child:
 
 - the device is an H200 as far as kernelwatch knows (``DeviceInfo`` kind ``cuda``, 132 SMs,
   50 MiB of L2) while tensors stay on the CPU;
-- CUDA events, spins, graphs, ``do_bench`` and ``torch.utils.benchmark`` are
-  ``tests/fakegpu.py``'s ``FakeGpu``, and ``pynvml`` its fake NVML;
+- CUDA events, spins, graphs, ``do_bench``, ``torch.utils.benchmark`` and the profiler of
+  the traced step are ``tests/fakegpu.py``'s ``FakeGpu``, and ``pynvml`` its fake NVML;
 - a timed case never runs its kernel: each launch advances the simulated GPU by the spec's
   own work (``flops``, ``min_bytes``) at the rates measured on the H200 this project borrows
   (shared/reference/gpu-timing.md), so llm shapes cost no CPU time; the autotuner's choice
@@ -158,7 +158,9 @@ def install() -> None:
                 fallback = spec.configs[0] if spec.configs else LaunchConfig({})
                 config = spec.pinned_config or fallback
                 source = "autotune" if spec.configs else "heuristic"
-            launch = gpu.kernel(kernel_ns(flops, nbytes))
+            ns = kernel_ns(flops, nbytes)
+            # Named as a Triton kernel of the spec would be, for the traced step's profiler.
+            launch = lambda: gpu.launch(ns, 0.0, f"{spec.name}_kernel")  # noqa: E731
             return module.Prepared(dict(inputs or {}), config, source, launch, launch, {})
 
         module.prepare = prepare
@@ -180,7 +182,11 @@ def install() -> None:
 
         def device_tools(device: Any, probe: Any) -> Any:
             return replace(
-                tools(device, probe), do_bench=gpu.do_bench, torch_benchmark=gpu.torch_benchmark
+                tools(device, probe),
+                do_bench=gpu.do_bench,
+                torch_benchmark=gpu.torch_benchmark,
+                profile=gpu.profile,
+                observe=gpu.observe,
             )
 
         module.device_tools = device_tools
