@@ -34,7 +34,7 @@ RULES = (
     "load_width",
 )
 
-BuildKey = tuple[str, str, str, str, str, str]
+BuildKey = tuple[str, str, str, str, str, str, int]
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,12 @@ class Finding:
 
 
 def build_key(record: BuildMetrics) -> BuildKey:
-    """What identifies one build across two commits."""
+    """What identifies one build across two commits: the launch's position in its case
+    too, so two launches of one function (fused MoE's two grouped GEMMs) are two builds,
+    each compared with its own counterpart."""
     config = record.config.label() if record.config is not None else ""
-    return (record.kernel, record.function, record.dtype, config, record.case, record.arch)
+    return (record.kernel, record.function, record.dtype, config, record.case, record.arch,
+            record.launch_index)  # fmt: skip
 
 
 def resident_blocks(registers: int, num_warps: int, arch: Arch) -> int:
@@ -138,7 +141,8 @@ def _pairs(base: list[BuildMetrics], head: list[BuildMetrics]) -> dict[int, Buil
 
 def _site(record: BuildMetrics) -> tuple[str, ...]:
     """A build's identity without its config."""
-    return (record.kernel, record.function, record.dtype, record.case, record.arch)
+    return (record.kernel, record.function, record.dtype, record.case, record.arch,
+            str(record.launch_index))  # fmt: skip
 
 
 def _config_change(finding: Finding, before: BuildMetrics, after: BuildMetrics) -> Finding:
@@ -246,5 +250,5 @@ def _shared(record: BuildMetrics) -> int:
 
 
 def _finding(rule: str, record: BuildMetrics, before: str, after: str, message: str) -> Finding:
-    kernel, function, dtype, config, case, arch = build_key(record)
+    kernel, function, dtype, config, case, arch, _ = build_key(record)
     return Finding(rule, kernel, function, dtype, config, case, arch, before, after, message)

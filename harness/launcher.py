@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from kernelwatch.harness.cuda_kernel import CudaKernel
 from kernelwatch.harness.records import LaunchConfig
 from kernelwatch.harness.spec import KernelSpec, Params
 
@@ -92,10 +93,13 @@ def repeat(
 
 @dataclass
 class Observed:
-    """The Triton launches seen inside :func:`observing`: each kernel's constexprs and
-    compile options as the caller passed them."""
+    """The launches seen inside :func:`observing`: each Triton kernel's constexprs and
+    compile options as the caller passed them (``launches``), and the GPU function of every
+    launch, Triton's and CUDA C++'s, in order (``functions``: what a profiler names them,
+    which the self-check's traced step matches)."""
 
     launches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
 
     def config(self) -> LaunchConfig:
         """The first launch's config (its integer constexprs, warps and stages)."""
@@ -122,28 +126,37 @@ _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 @contextlib.contextmanager
 def observing() -> Iterator[Observed]:
-    """Observe Triton launches (compiled or interpreted) while letting them run."""
+    """Observe Triton launches (compiled or interpreted) and CUDA C++ ones while letting them
+    run."""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     observed = Observed()
     saved = [(cls, cls.run) for cls in (JITFunction, InterpretedFunction)]
+    cuda_launch = CudaKernel.launch
 
     def watch(original: Callable[..., Any]) -> Callable[..., Any]:
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if not kwargs.get("warmup"):
                 observed.launches.append((self.fn.__name__, _constexprs(self, args, kwargs)))
+                observed.functions.append(self.fn.__name__)
             return original(self, *args, **kwargs)
 
         return run
 
+    def cuda(self: CudaKernel, entry: str, *args: Any, **kwargs: Any) -> None:
+        observed.functions.append(entry)
+        cuda_launch(self, entry, *args, **kwargs)
+
     try:
         for cls, original in saved:
             cls.run = watch(original)
+        CudaKernel.launch = cuda  # type: ignore[method-assign]
         yield observed
     finally:
         for cls, original in saved:
             cls.run = original
+        CudaKernel.launch = cuda_launch  # type: ignore[method-assign]
 
 
 def _constexprs(kernel: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -450,8 +450,11 @@ class BuildMetrics(JsonRecord, kind="build"):
     ``tcgen05``, ``UTCQMMA``, ``HMMA`` or ``none``. The artifact's identity is ``cubin_sha256``.
     One kernel launches with a different specialisation (divisibility by 16, unit strides,
     arguments equal to 1) for different shapes: ``dtype`` and ``case`` (the label of the first
-    case of ``workload`` that compiles to this specialisation) tell those builds apart.
-    ``family`` is the kernel's family, as on :class:`CaseId`.
+    case of ``workload`` that compiles to this specialisation) tell those builds apart, and
+    ``launch_index``, the launch's position in that case's launch sequence: a case that
+    launches one function twice (fused MoE's two grouped GEMMs) has a build for each, and
+    each is compared with its own counterpart. ``family`` is the kernel's family, as on
+    :class:`CaseId`.
     """
 
     suite: str
@@ -488,6 +491,7 @@ class BuildMetrics(JsonRecord, kind="build"):
     workload: str = ""
     case: str = ""
     family: str | None = None
+    launch_index: int = 0
 
     def __post_init__(self) -> None:
         if self.family is None:  # as on CaseId: an older record, or one made without the spec

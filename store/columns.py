@@ -231,6 +231,7 @@ BUILDS = Table(
         read("dtype", "text"),
         read("workload", "text"),
         read("case_label", "text", "case"),
+        read("launch_index", "integer"),
         given("config_id", "integer", "config"),
         read("status", "text"),
         read("reason", "text"),

@@ -200,7 +200,7 @@ SELECT k.suite, k.name, b.function, b.language, b.arch, cfg.config, b.status, b.
     b.shared_static_bytes, b.shared_dynamic_bytes, b.num_warps, b.num_stages, b.tensor_core,
     b.tma_loads, b.global_load_bits, b.local_loads, b.local_stores, b.instructions,
     b.opcodes, b.cubin_bytes, b.cubin_sha256, b.source_hash, b.compile_s, b.cached,
-    b.toolchain, b.detail, b.dtype, b.workload, b.case_label
+    b.toolchain, b.detail, b.dtype, b.workload, b.case_label, b.launch_index
 FROM build_metrics b
     JOIN runs run ON run.id = b.run_id
     JOIN kernels k ON k.id = b.kernel_id
@@ -475,7 +475,7 @@ def _build(row: tuple[Any, ...]) -> BuildMetrics:
      spill_store, spill_load, stack, shared_static, shared_dynamic, num_warps, num_stages,
      tensor_core, tma_loads, load_bits, local_loads, local_stores, instructions, opcodes,
      cubin_bytes, cubin_sha256, source_hash, compile_s, cached, toolchain, detail, dtype,
-     workload, case) = row  # fmt: skip
+     workload, case, launch_index) = row  # fmt: skip
     return BuildMetrics(
         suite=suite,
         kernel=kernel,
@@ -510,6 +510,7 @@ def _build(row: tuple[Any, ...]) -> BuildMetrics:
         dtype=dtype,
         workload=workload,
         case=case,
+        launch_index=launch_index,
     )
 
 

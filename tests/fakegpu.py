@@ -104,7 +104,7 @@ class FakeGpu:
 
     @contextlib.contextmanager
     def observe(self) -> Iterator[SimpleNamespace]:
-        """What ``capture.observing`` is on a GPU: the functions launched inside, in order."""
+        """What ``launcher.observing`` is on a GPU: the functions launched inside, in order."""
         seen = SimpleNamespace(functions=[])
         self.observed = seen.functions
         try:

@@ -189,11 +189,16 @@ def test_group_limited_routing_only_picks_from_the_best_groups():
 # records launches by standing in for the compiled launcher.
 _PLAN = """
 import json, sys
+from kernelwatch.analysis.static_diff import build_key
 from kernelwatch.harness.build.plan import plan_builds
 from kernelwatch.kernels import SUITE
 jobs, failures = plan_builds(SUITE, sys.argv[1:], "llm", ("fp16",), ("sm_90a",))
+keys = [build_key(j.skeleton("builtin")) for j in jobs]
 print(json.dumps({"failures": [f.reason for f in failures],
-                  "functions": sorted({(j.kernel, j.launch.function) for j in jobs})}))
+                  "functions": sorted({(j.kernel, j.launch.function) for j in jobs}),
+                  "keys": len(keys), "distinct": len(set(keys)),
+                  "gemms": sorted({(j.case, j.launch_index) for j in jobs
+                                   if j.launch.function == "moe_gemm_kernel"})}))
 """
 
 
@@ -211,6 +216,11 @@ def test_build_plans_record_every_serving_kernel_on_the_meta_device():
     )
     planned = json.loads(run.stdout)
     assert planned["failures"] == []
+    # Each build has a key of its own (issue 48): fused MoE launches its grouped GEMM twice
+    # in a case (gate/up, then down), two builds told apart by their launch's position.
+    assert planned["keys"] == planned["distinct"]
+    first_case = planned["gemms"][0][0]
+    assert len({index for case, index in planned["gemms"] if case == first_case}) == 2
     assert {tuple(f) for f in planned["functions"]} >= {
         ("fused_moe", "moe_route_kernel"),
         ("fused_moe", "moe_gemm_kernel"),

@@ -39,6 +39,22 @@ def rules(after: BuildMetrics, before: BuildMetrics = BASE) -> dict[str, tuple[s
     return {f.rule: (f.before, f.after) for f in compare(before, after)}
 
 
+#: Fused MoE's two grouped GEMMs in one case: one function launched twice, each compiled
+#: to its own specialisation (issue 48).
+GATE_UP = replace(BASE, kernel="fused_moe", function="moe_gemm_kernel", registers=168)
+DOWN = replace(GATE_UP, registers=96, launch_index=1, cubin_sha256="down")
+
+
+def test_two_launches_of_one_function_are_each_compared_with_their_own():
+    # Unchanged: each launch against itself (keyed alike, the gate/up GEMM was compared
+    # with the down one and read as an occupancy loss).
+    assert diff_builds([GATE_UP, DOWN], [GATE_UP, DOWN]) == []
+    # Only the second launch spills: one finding, the second launch's.
+    spilling = replace(DOWN, spill_store_bytes=64, spill_load_bytes=64)
+    (finding,) = diff_builds([GATE_UP, DOWN], [GATE_UP, spilling])
+    assert (finding.rule, finding.before) == ("spills", "0 B stores / 0 B loads")
+
+
 def test_unchanged_build_has_no_findings():
     assert compare(BASE, replace(BASE, cubin_sha256="other", instructions=AT_LIMIT)) == []
 

@@ -1,5 +1,5 @@
 """Issue 44, item 4: the self-check's traced decode step. The functions a kernel launches are
-named as they launch (``capture.observing``), and a Kineto trace of the step, built field by
+named as they launch (``launcher.observing``), and a Kineto trace of the step, built field by
 field from the documented format (``trace_files.py``), is read into the share table the
 self-check judges (``serving/step_trace.py``)."""
 
@@ -16,8 +16,8 @@ import triton
 import triton.language as tl
 from trace_files import FLASH, STEP, Kernel, chrome_trace
 
-from kernelwatch.harness.build.capture import observing
 from kernelwatch.harness.cuda_kernel import CudaKernel
+from kernelwatch.harness.launcher import observing
 from kernelwatch.harness.spec import KernelUnsupported
 from kernelwatch.serving.step_trace import LABEL, read_step
 

@@ -85,10 +85,19 @@ Launch = TritonLaunch | CudaLaunch
 
 @dataclass
 class Recorder:
-    """The launches seen inside :func:`recording`, in order."""
+    """The launches seen inside :func:`recording`, in order, and for each its call: its
+    position among the host's launch calls (an autotuner's candidates are one call)."""
 
     launches: list[Launch] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
     autotune_config: LaunchConfig | None = None
+    made: int = 0
+
+    def add(self, launch: Launch) -> None:
+        self.launches.append(launch)
+        self.calls.append(self.made)
+        if self.autotune_config is None:  # inside an autotuner, its run ends the call
+            self.made += 1
 
 
 @contextlib.contextmanager
@@ -113,7 +122,7 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
             backend, kwargs, bound, specialization, options
         )
         compile_options = {k: kwargs[k] for k in _TRITON_OPTIONS if kwargs.get(k) is not None}
-        recorder.launches.append(
+        recorder.add(
             TritonLaunch(
                 self, signature, constexprs, attrs, compile_options, recorder.autotune_config
             )
@@ -128,6 +137,7 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
                 self.fn.run(*args, **kwargs, **config.all_kwargs())
             finally:
                 recorder.autotune_config = None
+        recorder.made += 1
 
     def cuda_launch(
         self: CudaKernel,
@@ -137,7 +147,7 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
         args: Any,
         shared_bytes: int = 0,
     ) -> None:
-        recorder.launches.append(CudaLaunch(self, entry, tuple(block), shared_bytes))
+        recorder.add(CudaLaunch(self, entry, tuple(block), shared_bytes))
 
     patches: tuple[tuple[Any, str, Any], ...] = (
         (JITFunction, "run", jit_run),
@@ -152,46 +162,6 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
         for cls, name, replacement in patches:
             setattr(cls, name, replacement)
         yield recorder
-    finally:
-        for cls, name, original in saved:
-            setattr(cls, name, original)
-
-
-@dataclass
-class Observed:
-    """The GPU functions launched inside :func:`observing`, by name, in order."""
-
-    functions: list[str] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def observing() -> Iterator[Observed]:
-    """Name every Triton and CUDA C++ function launched inside, and launch it: the self-check's
-    traced step (``timing/selfcheck.py``) matches a profiler's kernel names to these, as
-    ``serving/names.py`` matches a serving trace's to the build stage's recorded launches."""
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    observed = Observed()
-
-    def naming(original: Any, name_of: Any) -> Any:
-        def launched(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not kwargs.get("warmup", False):
-                observed.functions.append(name_of(self, args, kwargs))
-            return original(self, *args, **kwargs)
-
-        return launched
-
-    patches = (
-        (JITFunction, "run", lambda self, args, kwargs: self.fn.__name__),
-        (InterpretedFunction, "run", lambda self, args, kwargs: self.fn.__name__),
-        (CudaKernel, "launch", lambda self, args, kwargs: kwargs.get("entry") or args[0]),
-    )
-    saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
-    try:
-        for (cls, name, name_of), (_, _, original) in zip(patches, saved, strict=True):
-            setattr(cls, name, naming(original, name_of))
-        yield observed
     finally:
         for cls, name, original in saved:
             setattr(cls, name, original)

@@ -31,6 +31,7 @@ class Job:
     config: LaunchConfig | None
     launch: Launch
     arch: str
+    launch_index: int = 0
 
     def skeleton(self, suite: str) -> BuildMetrics:
         """The record's identity, with ``status`` error until the compile says otherwise."""
@@ -45,6 +46,7 @@ class Job:
             dtype=self.dtype,
             workload=self.workload,
             case=self.case,
+            launch_index=self.launch_index,
         )
 
 
@@ -77,8 +79,8 @@ def plan_builds(
                     failures.append(_unrecorded(suite.name, spec.name, dtype, chosen, arch, exc))
                     continue
                 per_arch.append(
-                    [Job(spec.name, dtype, chosen, case, config, launch, arch)
-                     for case, config, launch in launches]
+                    [Job(spec.name, dtype, chosen, case, config, launch, arch, index)
+                     for case, config, launch, index in launches]
                 )  # fmt: skip
             # Both targets of one launch side by side (the workers share tasks by position).
             jobs += [job for row in itertools.zip_longest(*per_arch) for job in row if job]
@@ -114,23 +116,24 @@ def _unrecorded(
 
 def _record(
     spec: KernelSpec, workload: str, dtype: str, capability: int
-) -> list[tuple[str, LaunchConfig | None, Launch]]:
-    """Distinct (case label, config, launch) of one spec and dtype for one target (a host
-    wrapper asking ``torch.cuda.get_device_capability`` is told the target's): a
-    specialisation that several cases share is kept once, under the first case's label."""
+) -> list[tuple[str, LaunchConfig | None, Launch, int]]:
+    """Distinct (case label, config, launch, launch index) of one spec and dtype for one
+    target (a host wrapper asking ``torch.cuda.get_device_capability`` is told the
+    target's): a specialisation that several cases share is kept once, under the first
+    case's label and its position among that case's launches."""
     generator = torch.Generator().manual_seed(0)
     meta = torch.device("meta")
-    seen: dict[str, tuple[str, LaunchConfig | None, Launch]] = {}
+    seen: dict[str, tuple[str, LaunchConfig | None, Launch, int]] = {}
     for config in spec.configs or (None,):
         for params in spec.cases(workload):
             with recording(capability) as recorder:
                 inputs = spec.make_inputs(params, DTYPES[dtype], meta, generator)
                 _, used = launcher.launch(spec, launcher.bind(spec, inputs, params), params, config)
-            for launch in recorder.launches:
+            for launch, index in zip(recorder.launches, recorder.calls, strict=True):
                 launch_config = launch.config or used
                 key = repr((launch_config, launch.identity()))
                 label = CaseId("", spec.name, workload, dict(params), dtype).label()
-                seen.setdefault(key, (label, launch_config, launch))
+                seen.setdefault(key, (label, launch_config, launch, index))
     return list(seen.values())
 
 

@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from kernelwatch.harness.build.capture import Observed, observing
 from kernelwatch.harness.device import Device
+from kernelwatch.harness.launcher import Observed, observing
 from kernelwatch.harness.records import CaseId, SoftwareInfo, Summary
 from kernelwatch.harness.spec import KernelSpec, KernelUnsupported, Params, Suite
 from kernelwatch.harness.suite import select_tasks
