@@ -100,7 +100,10 @@ def diff_builds(
         before = pairs.get(id(after))
         if before is not None:
             rules = thresholds.for_kernel(after.kernel).static
-            findings += [_config_change(f, before, after) for f in compare(before, after, rules)]
+            findings += [
+                _which_launch(_config_change(f, before, after), after)
+                for f in compare(before, after, rules)
+            ]
     paired = {id(before) for before in pairs.values()}
     unrecorded = {
         (r.kernel, r.dtype, r.arch): r for r in head if r.status != "ok" and not r.function
@@ -143,6 +146,14 @@ def _site(record: BuildMetrics) -> tuple[str, ...]:
     """A build's identity without its config."""
     return (record.kernel, record.function, record.dtype, record.case, record.arch,
             str(record.launch_index))  # fmt: skip
+
+
+def _which_launch(finding: Finding, after: BuildMetrics) -> Finding:
+    """A finding of a case's second or later launch says which: its function is also the
+    first's (fused MoE's two grouped GEMMs)."""
+    if not after.launch_index:
+        return finding
+    return replace(finding, message=f"{finding.message} (launch {after.launch_index + 1})")
 
 
 def _config_change(finding: Finding, before: BuildMetrics, after: BuildMetrics) -> Finding:

@@ -53,6 +53,7 @@ def test_two_launches_of_one_function_are_each_compared_with_their_own():
     spilling = replace(DOWN, spill_store_bytes=64, spill_load_bytes=64)
     (finding,) = diff_builds([GATE_UP, DOWN], [GATE_UP, spilling])
     assert (finding.rule, finding.before) == ("spills", "0 B stores / 0 B loads")
+    assert finding.message == "starts spilling (registers 96 -> 96) (launch 2)"
 
 
 def test_unchanged_build_has_no_findings():
