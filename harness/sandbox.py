@@ -365,8 +365,8 @@ def _new_sandbox(trusted: bool) -> Iterator[Sandbox]:
     leases = contextlib.ExitStack()
     try:
         identity = leases.enter_context(leased_identity()) if exchange is None else None
-        if identity is not None and not namespaces:
-            _check_environment_readable(identity)
+        if identity is not None:
+            _check_environment_readable(identity, namespaces)
     except SandboxError as exc:
         leases.close()
         if not trusted:
@@ -600,15 +600,26 @@ def _hidden() -> tuple[str, ...]:
     return tuple(str(Path(f).resolve()) for f in files if f and Path(f).is_file())
 
 
-def _check_environment_readable(identity: Identity) -> None:
+def _check_environment_readable(identity: Identity, namespaces: bool) -> None:
+    """Refuse a sandbox whose child could not import Python or kernelwatch: a directory of
+    :func:`_python_dirs` the leased user cannot read. With a mount namespace the jail covers
+    private ancestors (``jail.expose``) but cannot open a private directory itself (an
+    editable checkout cloned into ``mktemp -d``: each child died on ``No module named
+    'kernelwatch.harness'``); without one the whole path must be searchable."""
     for path in _python_dirs():
-        if not _reachable(Path(path), identity):
-            raise SandboxError(
-                f"kernel code runs as user {identity.name}, who cannot read {path} (a parent "
-                "directory is private) and no mount namespace can be made here to let it: "
-                "install kernelwatch and its Python where other users can read them, or "
-                f"name another user in {USER_ENV}"
-            )
+        if _reachable(Path(path), identity, ancestors=not namespaces):
+            continue
+        where = "it is private" if namespaces else "a parent directory is private"
+        remedy = (
+            f"make it readable by other users (chmod o+rx {path})"
+            if namespaces
+            else "no mount namespace can be made here to let it: install kernelwatch and its "
+            "Python where other users can read them"
+        )
+        raise SandboxError(
+            f"kernel code runs as user {identity.name}, who cannot read {path} ({where}): "
+            f"{remedy}, or name another user in {USER_ENV}"
+        )
 
 
 def _reachable(path: Path, identity: Identity, ancestors: bool = True) -> bool:

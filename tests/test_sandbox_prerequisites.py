@@ -117,3 +117,27 @@ def test_a_leased_uid_with_no_account_still_has_a_user_name(monkeypatch):
         assert int(uid) == box.identity.uid
         assert name == box.identity.name and " " not in name
         assert home == str(box.home)
+
+
+@root_only
+def test_a_private_python_directory_is_refused_in_one_line_before_any_child(tmp_path, monkeypatch):
+    """With namespaces the jail covers a private parent and binds the directory back, but it
+    cannot open a directory that is itself private: an editable checkout cloned into
+    ``mktemp -d`` made every child die on ``No module named 'kernelwatch.harness'``."""
+    if not sandbox_module.namespaces_available():
+        pytest.skip("needs namespaces: the contained path has its own test")
+    parent = tmp_path / "private-parent"
+    readable = parent / "site"
+    readable.mkdir(parents=True)
+    parent.chmod(0o700)
+    readable.chmod(0o755)
+    dirs = sandbox_module._python_dirs()
+    monkeypatch.setattr(sandbox_module, "_python_dirs", lambda script=True: [*dirs, str(readable)])
+    with sandbox() as box:  # a private parent is covered by the jail: not refused
+        assert box.identity is not None
+    readable.chmod(0o700)
+    with pytest.raises(SandboxError) as refused, sandbox():
+        pass
+    line = str(refused.value)
+    assert "\n" not in line and f"who cannot read {readable} (it is private)" in line
+    assert f"chmod o+rx {readable}" in line
