@@ -584,12 +584,19 @@ def _python_dirs(script: bool = True) -> list[str]:
     finder, not ``sys.path``. Without ``script``, not the first entry of ``sys.path`` (this
     process's script's directory or working directory, which a child started with ``-m`` in
     its own home does not import from, and which may be ``/tmp`` itself)."""
-    kernelwatch = str(Path(__file__).resolve().parent.parent)
-    dirs = {sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent), kernelwatch}
+    dirs = set(_needed_dirs())
     paths = sys.path if script else sys.path[1:]
     extra = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     dirs.update(p for p in [*paths, *extra] if p and os.path.isdir(p))
     return sorted(dirs)
+
+
+def _needed_dirs() -> tuple[str, ...]:
+    """What no child can start without: the Python installation, the virtual environment and
+    the folder kernelwatch's packages are imported from (an editable checkout's root). The
+    other entries of ``sys.path`` a child may not read, which Python skips."""
+    kernelwatch = str(Path(__file__).resolve().parent.parent)
+    return (sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent), kernelwatch)
 
 
 def _hidden() -> tuple[str, ...]:
@@ -601,12 +608,13 @@ def _hidden() -> tuple[str, ...]:
 
 
 def _check_environment_readable(identity: Identity, namespaces: bool) -> None:
-    """Refuse a sandbox whose child could not import Python or kernelwatch: a directory of
-    :func:`_python_dirs` the leased user cannot read. With a mount namespace the jail covers
-    private ancestors (``jail.expose``) but cannot open a private directory itself (an
-    editable checkout cloned into ``mktemp -d``: each child died on ``No module named
-    'kernelwatch.harness'``); without one the whole path must be searchable."""
-    for path in _python_dirs():
+    """Refuse a sandbox whose child could not import Python or kernelwatch: a directory the
+    leased user cannot read. With a mount namespace the jail covers private ancestors
+    (``jail.expose``) but cannot open a private directory itself, so the directories every
+    child needs (:func:`_needed_dirs`) must be readable (an editable checkout cloned into
+    ``mktemp -d``: each child died on ``No module named 'kernelwatch.harness'``); without
+    one, every path of :func:`_python_dirs` must be searchable from the root."""
+    for path in _needed_dirs() if namespaces else _python_dirs():
         if _reachable(Path(path), identity, ancestors=not namespaces):
             continue
         where = "it is private" if namespaces else "a parent directory is private"

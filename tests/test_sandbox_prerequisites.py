@@ -123,7 +123,8 @@ def test_a_leased_uid_with_no_account_still_has_a_user_name(monkeypatch):
 def test_a_private_python_directory_is_refused_in_one_line_before_any_child(tmp_path, monkeypatch):
     """With namespaces the jail covers a private parent and binds the directory back, but it
     cannot open a directory that is itself private: an editable checkout cloned into
-    ``mktemp -d`` made every child die on ``No module named 'kernelwatch.harness'``."""
+    ``mktemp -d`` made every child die on ``No module named 'kernelwatch.harness'``. A private
+    entry of PYTHONPATH that no child needs (Python skips it) is no reason to refuse."""
     if not sandbox_module.namespaces_available():
         pytest.skip("needs namespaces: the contained path has its own test")
     parent = tmp_path / "private-parent"
@@ -131,8 +132,12 @@ def test_a_private_python_directory_is_refused_in_one_line_before_any_child(tmp_
     readable.mkdir(parents=True)
     parent.chmod(0o700)
     readable.chmod(0o755)
-    dirs = sandbox_module._python_dirs()
-    monkeypatch.setattr(sandbox_module, "_python_dirs", lambda script=True: [*dirs, str(readable)])
+    # Where an editable checkout's root is: a directory every child needs.
+    needed = sandbox_module._needed_dirs()
+    monkeypatch.setattr(sandbox_module, "_needed_dirs", lambda: (*needed, str(readable)))
+    unused = tmp_path / "unused-on-pythonpath"
+    unused.mkdir(mode=0o700)
+    monkeypatch.setenv("PYTHONPATH", str(unused))
     with sandbox() as box:  # a private parent is covered by the jail: not refused
         assert box.identity is not None
     readable.chmod(0o700)
