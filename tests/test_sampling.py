@@ -347,3 +347,69 @@ def test_a_collection_is_summarised_on_its_first_arm_unless_told():
     assert summarize_collected(collected, arm=1).median_ns == 2004.5
     with pytest.raises(AttributeError):
         collected.stop = BUDGET  # type: ignore[misc]
+
+
+def block_arm(clock: FakeClock, per_sample_s: float, sizes: list[int], ns: float = 1e6):
+    """A side's process taking blocks of samples: ``per_sample_s`` of wall time each sample
+    (the round trip included), each block's size kept in ``sizes``."""
+
+    def arm(n: int) -> list[Sample]:
+        sizes.append(n)
+        clock.now += per_sample_s * n
+        return [Sample(ns) for _ in range(n)]
+
+    return arm
+
+
+def test_blocks_start_at_one_sample_then_last_about_the_block_time_of_the_slowest_arm():
+    clock = FakeClock(now=100.0)
+    fast, slow = [], []
+    rule = replace(GPU_RULE, min_samples=60, min_time_s=0.0, budget_s=100.0, timeout_s=200.0)
+    # Times exact in binary, so the block is exactly 1 s / 0.25 s per sample.
+    arms = [block_arm(clock, 0.125, fast), block_arm(clock, 0.25, slow)]
+    result = sampling.collect_blocks(arms, rule, clock, block_s=1.0)
+    # First a sample an arm; then the block time over the slower arm's time, for both.
+    assert fast[:3] == slow[:3] == [1, 4, 4]
+    assert fast == slow and len(result.arms[0]) == len(result.arms[1]) == sum(fast)
+    assert result.stop == CONVERGED and sum(fast) >= 60
+
+
+def test_blocks_of_instant_or_tiny_samples_are_capped():
+    clock = FakeClock()
+    sizes: list[int] = []
+    rule = replace(GPU_RULE, min_samples=200, min_time_s=0.0, budget_s=10.0, timeout_s=20.0)
+    sampling.collect_blocks([block_arm(clock, 0.0, sizes)], rule, clock)
+    assert sizes[:3] == [1, sampling.MAX_BLOCK, sampling.MAX_BLOCK]  # no time: the cap
+    tiny: list[int] = []
+    sampling.collect_blocks([block_arm(clock, 1e-6, tiny)], rule, clock, block_s=0.02)
+    assert tiny[:2] == [1, sampling.MAX_BLOCK]  # 20,000 would fit: the cap again
+    slow: list[int] = []
+    sampling.collect_blocks([block_arm(clock, 0.05, slow)], rule, clock, block_s=0.02)
+    assert slow[:3] == [1, 1, 1]  # a sample longer than the block: one at a time
+    assert len(slow) == 200  # and it still samples to the rule's minimum
+
+
+def test_a_block_stops_as_soon_as_the_rule_does_and_a_short_block_is_refused():
+    clock = FakeClock()
+    sizes: list[int] = []
+    rule = replace(GPU_RULE, min_samples=1, min_time_s=0.0, budget_s=1.0, timeout_s=2.0)
+    result = sampling.collect_blocks([block_arm(clock, 0.001, sizes)], rule, clock)
+    assert (sizes, result.stop) == ([1], CONVERGED)  # one equal sample: settled at once
+    with pytest.raises(ValueError, match="an arm returned 0 samples for a block of 1"):
+        sampling.collect_blocks([lambda n: []], rule, clock)
+    with pytest.raises(ValueError, match="collect_blocks needs at least one arm"):
+        sampling.collect_blocks([], rule, clock)
+
+
+def test_the_timeout_is_reached_when_the_elapsed_time_equals_it():
+    # Throttled samples never count, so only the timeout ends this: at exactly 3 s.
+    clock = FakeClock()
+    rule = replace(GPU_RULE, min_samples=10, min_time_s=0.0, budget_s=1.0, timeout_s=3.0,
+                   throttle_pause_s=0.0)  # fmt: skip
+
+    def throttled_second() -> Sample:
+        clock.now += 1.0
+        return Sample(1e6, throttled=True)
+
+    result = collect([throttled_second], rule, clock, lambda s: None)
+    assert (result.stop, len(result.arms[0])) == (TIMEOUT, 3)
