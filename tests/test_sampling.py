@@ -307,7 +307,12 @@ def test_equal_samples_with_no_stated_resolution_converge():
     clock = FakeClock()
     rule = replace(GPU_RULE, min_samples=20, min_time_s=0.0)
     result = collect([sampler(clock, [50.0])], rule, clock, lambda s: None)
-    assert result.stop == CONVERGED
+    assert (result.stop, result.resolution_ns) == (CONVERGED, 0.0)
+    blocks = sampling.collect_blocks([block_arm(clock, 1e-3, [], ns=50.0)], rule, clock)
+    assert (blocks.stop, blocks.resolution_ns) == (CONVERGED, 0.0)
+    # Nor is the summary's CI widened for a step nobody stated.
+    summary = summarize(result.arms[0], result.stop)
+    assert summary.ci_low_ns == summary.ci_high_ns == 50.0
 
 
 def test_a_quantised_ci_is_widened_by_half_a_step_each_side():
@@ -345,6 +350,8 @@ def test_a_collection_is_summarised_on_its_first_arm_unless_told():
     collected = sampling.Collected((first, second), CONVERGED, 0.1)
     assert summarize_collected(collected).median_ns == 1004.5
     assert summarize_collected(collected, arm=1).median_ns == 2004.5
+    # At the 95% the summaries of records are made at.
+    assert summarize_collected(collected) == summarize(first, CONVERGED, 0.95)
     with pytest.raises(AttributeError):
         collected.stop = BUDGET  # type: ignore[misc]
 
@@ -413,3 +420,10 @@ def test_the_timeout_is_reached_when_the_elapsed_time_equals_it():
 
     result = collect([throttled_second], rule, clock, lambda s: None)
     assert (result.stop, len(result.arms[0])) == (TIMEOUT, 3)
+
+
+def test_a_quantised_ci_exactly_at_the_target_but_for_its_step_is_resolution_bound():
+    values = [1000.0] * 10 + [1010.0] * 10
+    unwidened = sampling._ci_halfwidth(values, 0.95, 0.0)
+    assert sampling._settled([values], unwidened, 0.95, 0.0) == sampling.RESOLUTION
+    assert sampling._settled([values], unwidened * 0.99, 0.95, 0.0) is None
