@@ -427,3 +427,12 @@ def test_a_quantised_ci_exactly_at_the_target_but_for_its_step_is_resolution_bou
     unwidened = sampling._ci_halfwidth(values, 0.95, 0.0)
     assert sampling._settled([values], unwidened, 0.95, 0.0) == sampling.RESOLUTION
     assert sampling._settled([values], unwidened * 0.99, 0.95, 0.0) is None
+
+
+def test_a_block_holds_as_many_samples_as_fit_its_time():
+    # 1 s of 0.1 s samples is ten, though 1.0 // 0.1 is 9.0 in floating point.
+    clock = FakeClock()
+    sizes: list[int] = []
+    rule = replace(GPU_RULE, min_samples=30, min_time_s=0.0, budget_s=100.0, timeout_s=200.0)
+    sampling.collect_blocks([block_arm(clock, 0.1, sizes)], rule, clock, block_s=1.0)
+    assert sizes[:2] == [1, 10]
