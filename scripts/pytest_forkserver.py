@@ -18,6 +18,7 @@ module's current mutant changes (scripts/mutation_coverage.py), the options stay
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import signal
@@ -58,6 +59,10 @@ def _serve(path: str) -> None:
 def _run_forked(server: socket.socket, request: dict) -> int:
     pid = os.fork()
     if pid == 0:
+        # The server's exit handlers are not the child's; the child's own (the temporary
+        # folders tests/conftest.py makes, removed at exit) run before it ends, which
+        # os._exit alone skips: each mutant left two folders in /tmp.
+        atexit._clear()
         server.close()
         os.setsid()
         os.chdir(request["cwd"])
@@ -70,6 +75,7 @@ def _run_forked(server: socket.socket, request: dict) -> int:
         try:
             code = int(pytest.main(request["args"]))
         finally:
+            atexit._run_exitfuncs()
             os._exit(code)
     deadline = time.monotonic() + float(request["timeout"])
     while time.monotonic() < deadline:

@@ -78,7 +78,9 @@ def test_a_mutant_no_test_runs_gets_every_test(mutated):
 
 def test_the_fork_server_reports_pass_failure_and_timeout(tmp_path):
     (tmp_path / "test_t.py").write_text(
-        "import time\n"
+        "import atexit, pathlib, time\n"
+        # As tests/conftest.py removes its temporary folders at exit: in the forked child.
+        "atexit.register(pathlib.Path('exited').mkdir, exist_ok=True)\n"
         "def test_passes(): assert True\n"
         "def test_fails(): assert False\n"
         "def test_hangs(): time.sleep(60)\n"
@@ -103,6 +105,7 @@ def test_the_fork_server_reports_pass_failure_and_timeout(tmp_path):
             return done.returncode, done.stdout.strip()
 
         assert run("test_passes") == (0, "pytest exit 0")
+        assert (tmp_path / "exited").is_dir()  # the child's exit handlers ran
         assert run("test_fails") == (1, "pytest exit 1")
         assert run("test_hangs", timeout=2) == (124, "timed out")
         assert run("test_passes") == (0, "pytest exit 0")  # the server outlives a timeout
