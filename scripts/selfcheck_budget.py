@@ -33,7 +33,7 @@ from kernelwatch.harness.spec import KernelSpec, Params, Suite
 from kernelwatch.harness.suite import SuiteRef, load_suite, spread
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.roofline import ELEMENT_BYTES, datasheet_peaks
-from kernelwatch.harness.timing.selfcheck import TRACE_STEPS, TRACE_WORKLOAD, step_workload
+from kernelwatch.harness.timing.selfcheck import TRACE_STEPS, TRACE_WORKLOAD, step_case
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu-selfcheck.sh"
@@ -197,11 +197,11 @@ def stage_rows(plan: SelfcheckPlan, records: list[dict[str, Any]],
     # The traced step: each kernel's decode case (compiled and tuned here) or, for one with
     # no decode workload, its case of the workload; a warm and an observed launch each, then
     # TRACE_STEPS steps under the profiler.
-    step = [(spec, spec.workloads[w][len(spec.workloads[w]) // 2]) for spec in specs
-            if (w := step_workload(spec, options.workload)) is not None]  # fmt: skip
-    decode = [(spec, params) for spec, params in step if TRACE_WORKLOAD in spec.workloads]
+    step = [(spec, *case) for spec in specs
+            if (case := step_case(spec, options.workload)) is not None]  # fmt: skip
+    decode = [(spec, params) for spec, workload, params in step if workload == TRACE_WORKLOAD]
     trace_s = ASSUMED["profiler_s"] + (2 + TRACE_STEPS) * sum(
-        model_s(s, p, dtype) + ASSUMED["sample_overhead_s"] for s, p in step
+        model_s(s, p, dtype) + ASSUMED["sample_overhead_s"] for s, _, p in step
     )
     for key, value in compiles.take(TRACE_WORKLOAD, decode).items():
         work[key] += value

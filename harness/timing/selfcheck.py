@@ -144,10 +144,14 @@ def _torch_benchmark(fn: Callable[[], object]) -> float:
     return float(measured.median) * 1e9
 
 
-def step_workload(spec: KernelSpec, workload: str) -> str | None:
-    """The workload ``spec``'s case in the traced step comes from: ``TRACE_WORKLOAD`` where it
-    has one, else the self-check's ``workload``; None when it has neither."""
-    return next((w for w in (TRACE_WORKLOAD, workload) if w in spec.workloads), None)
+def step_case(spec: KernelSpec, workload: str) -> tuple[str, Params] | None:
+    """``spec``'s case in the traced step: the middle case of ``TRACE_WORKLOAD`` where it has
+    one, else of the self-check's ``workload``; None when it has neither."""
+    chosen = next((w for w in (TRACE_WORKLOAD, workload) if w in spec.workloads), None)
+    if chosen is None:
+        return None
+    cases = spec.workloads[chosen]
+    return chosen, cases[len(cases) // 2]
 
 
 def _profiler(cuda: bool) -> Callable[[Callable[[], object], int], bytes]:
@@ -205,11 +209,11 @@ class _Measurer:
         # A distributed case is compared with nothing single-process.
         single = [s for s in selected if isinstance(s, KernelSpec)]
         self.specs = [s for s in single if options.workload in s.workloads]
-        #: The traced step's kernels, each with the workload its case comes from.
+        #: The traced step's kernels, each with the workload and case it runs.
         self.step_cases = [
-            (s, w)
+            (s, *case)
             for s in single
-            if options.dtype in s.dtypes and (w := step_workload(s, options.workload)) is not None
+            if options.dtype in s.dtypes and (case := step_case(s, options.workload)) is not None
         ]
 
     def collect(self, fn: Callable[[], object], graph: bool = False) -> Collected:
@@ -225,8 +229,10 @@ class _Measurer:
         """Our median and CI of ``fn``."""
         return summarize_collected(self.collect(fn, graph))
 
-    def launch(self, spec: KernelSpec, params: Params) -> Callable[[], object]:
-        case = self.case(spec, params)
+    def launch(
+        self, spec: KernelSpec, params: Params, workload: str | None = None
+    ) -> Callable[[], object]:
+        case = self.case(spec, params, workload)
         return prepare(spec, case, self.device, 0, None).kernel
 
     def case(self, spec: KernelSpec, params: Params, workload: str | None = None) -> CaseId:
@@ -383,10 +389,9 @@ class _Measurer:
         step: list[Callable[[], object]] = []
         errors: list[str] = []
         unsupported: list[str] = []
-        for spec, workload in self.step_cases:
-            params = spec.workloads[workload][len(spec.workloads[workload]) // 2]
+        for spec, workload, params in self.step_cases:
             try:
-                fn = prepare(spec, self.case(spec, params, workload), self.device, 0, None).kernel
+                fn = self.launch(spec, params, workload)
                 fn()
                 with self.tools.observe() as seen:
                     fn()
