@@ -36,9 +36,11 @@ def status() -> None:
     else:
         typer.echo(f"server: {redacted(target.url)}")
     typer.echo(f"url: {redacted(target.url)}")
-    revision = _revision(target.url)
-    if revision == migrate.HEAD:
+    revision, behind = _state(target.url)
+    if behind is None:
         typer.echo(f"schema: {revision} (head)")
+    elif revision == migrate.HEAD:
+        typer.echo(f"schema: {revision} (head); {behind}: run `kernelwatch db upgrade`")
     else:
         typer.echo(f"schema: {revision or 'none'}; head is {migrate.HEAD}: run "
                    f"`kernelwatch db upgrade`")  # fmt: skip
@@ -51,9 +53,10 @@ def upgrade() -> None:
     from kernelwatch.store import migrate
 
     target = store_target()
-    before = _revision(target.url)
+    before, behind = _state(target.url)
     migrate.upgrade(target.url)
-    typer.echo(f"schema: {before or 'none'} -> {_revision(target.url)}")
+    made = "" if behind is None else "; reporting views made from this kernelwatch's definitions"
+    typer.echo(f"schema: {before or 'none'} -> {_state(target.url)[0]}{made}")
 
 
 @db_app.command(name="replay")
@@ -87,7 +90,8 @@ def stop() -> None:
     typer.echo("server: stopped" if was_running else "server: was not running")
 
 
-def _revision(url: str) -> str | None:
+def _state(url: str) -> tuple[str | None, str | None]:
+    """The schema revision, and what an upgrade would change (None: nothing)."""
     from kernelwatch.store import migrate
     from kernelwatch.store.connect import StoreUnavailable, open_connection
 
@@ -96,4 +100,4 @@ def _revision(url: str) -> str | None:
     except StoreUnavailable as exc:
         fail(str(exc), code=1)
     with conn:
-        return migrate.current_revision(conn)
+        return migrate.current_revision(conn), migrate.pending(conn)

@@ -1,6 +1,6 @@
 """Communication: the bus bandwidth of every collective a multi-GPU pool runs, by message
 size and world size, against the interconnect's peak, from the nightly history
-(``report_comm_bandwidth``, migration 0007; docs/DISTRIBUTED.md)."""
+(``report_comm_bandwidth`` over migration 0007's columns; docs/DISTRIBUTED.md)."""
 
 from __future__ import annotations
 

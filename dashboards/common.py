@@ -3,7 +3,7 @@ variables over the store's series, panels bound to the PostgreSQL data source, S
 annotations, and the step from SDK builder to Grafana's JSON.
 
 Panels hold only filters, Grafana macros and column choices; the SQL that knows the schema
-lives in the store's ``report_*`` views and functions (migration 0004).
+lives in the store's ``report_*`` views and functions (``store/views/``).
 """
 
 from __future__ import annotations

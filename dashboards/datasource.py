@@ -12,7 +12,7 @@ import psycopg
 from kernelwatch.dashboards.sqlquery import DATASOURCE_TYPE, DATASOURCE_UID
 
 NAME = "kernelwatch"
-#: The role migration 0002 grants SELECT on the reporting views, and nothing else.
+#: The role migration 0002 creates; it may SELECT the reporting views (``store/views/``) only.
 READER_ROLE = "kernelwatch_reader"
 
 

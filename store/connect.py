@@ -49,23 +49,21 @@ def resolve(config: StoreConfig | None = None) -> Target:
         raise StoreUnavailable(str(exc)) from exc
     url = server.url()
     with open_connection(url) as conn:
-        current = migrate.current_revision(conn)
-    if current != migrate.HEAD:
+        behind = migrate.pending(conn)
+    if behind is not None:
         migrate.upgrade(url)
     return Target(url, server, state)
 
 
 def connect(url: str) -> psycopg.Connection:
-    """Open a connection and check the schema is at this kernelwatch's revision."""
+    """Open a connection and check the schema is at this kernelwatch's revision, with its
+    reporting views."""
     conn = open_connection(url)
-    current = migrate.current_revision(conn)
+    behind = migrate.pending(conn)
     conn.rollback()
-    if current != migrate.HEAD:
+    if behind is not None:
         conn.close()
-        raise SchemaMismatch(
-            f"the database schema is at revision {current or 'none'}, this kernelwatch needs "
-            f"{migrate.HEAD}: run `kernelwatch db upgrade`"
-        )
+        raise SchemaMismatch(f"{behind}: run `kernelwatch db upgrade`")
     return conn
 
 

@@ -1,7 +1,7 @@
 """Raw samples of measurements as binary-COPY rows for the ``samples`` table.
 
-One row per measurement (see migration 0001 for the layout and the ``raw_samples`` view that
-decodes it): ``times_ns`` holds the kernel's samples then the baseline's as float4, and
+One row per measurement (see migration 0001 for the layout and ``views/raw_samples.sql``,
+which decodes it): ``times_ns`` holds the kernel's samples then the baseline's as float4, and
 ``throttled`` their flags likewise as one bit string, split at ``n`` (the kernel's count);
 SM and memory clocks are int2 MHz arrays, run-length compacted to a single element when
 every sample read the same clock. Values are pulled out of the records once, into flat numpy

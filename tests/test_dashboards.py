@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import psycopg
 import pytest
+import views_before
 from pg_roles import as_role, set_passwords
 from serving_files import METADATA, requests, vllm_result
 from synthetic_fleet import (
@@ -779,7 +780,9 @@ def test_migration_0012_keeps_the_checks_stored_before_it(pg_server):
     assert kept == [(ids[1], None), (ids[3], "https://reports.example/kw/pr-2.html")]
 
 
-def test_migration_0004_down_removes_its_views_functions_and_column(pg_server):
+def test_a_downgrade_below_0004_drops_the_views_functions_and_its_column(pg_server):
+    """Views exist at the head alone (``store/views/``): a downgrade drops them all, and
+    0004's downgrade its column."""
     from kernelwatch.store import migrate
 
     with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
@@ -794,7 +797,7 @@ def test_migration_0004_down_removes_its_views_functions_and_column(pg_server):
         at_head = conn.execute(mine).fetchone()
     migrate.downgrade(url, "0003")
     with psycopg.connect(url) as conn:
-        assert conn.execute(mine).fetchone() == (7, 0, 0)
+        assert conn.execute(mine).fetchone() == (0, 0, 0)
     assert at_head[0] > 7 and at_head[1:] == (3, 1)
 
 
@@ -1323,24 +1326,19 @@ def _sorted_rows(conn: psycopg.Connection, sql: str) -> list[tuple]:
 
 
 def test_the_latest_points_kept_at_ingest_give_the_rows_the_measurements_give(seeded):
-    """Migration 0016's views read each series' latest point from ``latest_points``, 0017's
-    kernel means the sums kept per run; on the seeded history (multi-commit nights, a failed
-    night, a stopped pool, PR runs) they give the rows the definitions they replace computed
-    from the measurements."""
-    versions = "kernelwatch.store.migrations.versions"
-    honest = importlib.import_module(f"{versions}.0009_honest_dashboards")
-    fleet_scale = importlib.import_module(f"{versions}.0014_fleet_scale")
-    returns, drift = importlib.import_module(f"{versions}.0004_dashboards").FUNCTIONS[
-        "report_kernel_drift(since timestamptz)"
-    ]
+    """The views read each series' latest point from ``latest_points`` (migration 0016) and
+    the kernel means from the sums kept per run (0017); on the seeded history (multi-commit
+    nights, a failed night, a stopped pool, PR runs) they give the rows the definitions they
+    replaced computed from the measurements (``views_before.py``)."""
     with psycopg.connect(seeded.url) as conn:
         for view, before in (
-            ("report_nightly_latest", honest.VIEWS["report_nightly_latest"]),
-            ("report_nightly_kernels", honest.VIEWS["report_nightly_kernels"]),
-            ("report_night_comparison", fleet_scale.NIGHT_COMPARISON),
+            ("report_nightly_latest", views_before.NIGHTLY_LATEST),
+            ("report_nightly_kernels", views_before.NIGHTLY_KERNELS),
+            ("report_night_comparison", views_before.NIGHT_COMPARISON),
         ):
             now = _sorted_rows(conn, f"SELECT * FROM {view}")
             assert now and now == _sorted_rows(conn, f"SELECT * FROM ({before}) q"), view
+        returns, drift = views_before.KERNEL_DRIFT_RETURNS, views_before.KERNEL_DRIFT
         conn.execute(
             f"CREATE FUNCTION pg_temp.drift_before(since timestamptz) RETURNS {returns} "
             f"LANGUAGE sql AS $fn${drift}$fn$"

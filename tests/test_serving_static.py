@@ -4,7 +4,6 @@ store and dashboards rank it the same way."""
 
 from __future__ import annotations
 
-import importlib
 import re
 import textwrap
 from dataclasses import replace
@@ -18,6 +17,7 @@ from kernelwatch.harness.build.sass import FP8_TENSOR_CORES, TENSOR_CORE_RANK
 from kernelwatch.harness.build.stage import BuildRequest, run_build
 from kernelwatch.harness.records import BuildMetrics
 from kernelwatch.harness.suite import SuiteRef
+from kernelwatch.store import migrate
 
 BASE = BuildMetrics(
     "builtin", "fp8_block_gemm", "fp8_block_gemm_kernel", "triton", "sm_90a", None, "ok",
@@ -44,12 +44,10 @@ def test_losing_the_fp8_path_is_a_regression(arch, fp8, wider):
 
 
 def test_the_store_ranks_tensor_cores_as_the_rules_do():
-    """Migration 0007 freezes TENSOR_CORE_RANK as SQL; a class added without a migration
-    would reach the builds dashboard with no rank."""
-    migration = importlib.import_module(
-        "kernelwatch.store.migrations.versions.0008_fp8_tensor_cores"
-    )
-    frozen = dict(re.findall(r"WHEN '(\w+)' THEN (\d+)", migration._TENSOR_CORE_RANK))
+    """``report_build_history`` writes TENSOR_CORE_RANK as SQL; a class added to one and not
+    the other would reach the builds dashboard with no rank."""
+    view = (migrate.VIEWS_DIR / "report_build_history.sql").read_text()
+    frozen = dict(re.findall(r"WHEN '(\w+)' THEN (\d+)", view))
     assert {k: int(v) for k, v in frozen.items()} == TENSOR_CORE_RANK
     assert set(TENSOR_CORE_NAMES) == set(TENSOR_CORE_RANK.values())
 

@@ -74,6 +74,13 @@ def test_every_module_of_the_tree_imports_from_the_built_wheel(tmp_path):
     )
     assert cli.returncode == 0, cli.stderr
     assert "selfcheck" in cli.stdout
+    # data files ship too: every reporting view's definition, which `db upgrade` applies
+    views = subprocess.run(
+        [str(tmp_path / "venv" / "bin" / "python"), "-c",
+         "from kernelwatch.store import migrate; print(len(migrate.definitions()))"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert views.stdout.strip() == str(len(list((ROOT / "store" / "views").glob("*.sql"))))
 
 
 def test_a_package_left_out_of_the_wheel_is_named(tmp_path):

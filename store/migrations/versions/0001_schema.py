@@ -1,5 +1,5 @@
 """Tables: repositories, commits, devices, environments, kernels, configs, series, runs,
-measurements, samples (and the raw_samples view decoding them), correctness, build metrics,
+measurements, samples (``store/views/raw_samples.sql`` decodes them), correctness, build metrics,
 change points, regressions and their triage events, annotations.
 
 There is no table of latest values: the last entry of a series in measurements_history_idx
@@ -206,17 +206,6 @@ CREATE TABLE samples (
     sm_clock_mhz    smallint[] NOT NULL,
     mem_clock_mhz   smallint[] NOT NULL
 );
-CREATE VIEW raw_samples AS
-SELECT measurement_id,
-    times_ns[1:n] AS samples_ns,
-    CASE WHEN cardinality(sm_clock_mhz) = 1 THEN array_fill(sm_clock_mhz[1], ARRAY[n])
-         ELSE sm_clock_mhz END AS sm_clock_mhz,
-    CASE WHEN cardinality(mem_clock_mhz) = 1 THEN array_fill(mem_clock_mhz[1], ARRAY[n])
-         ELSE mem_clock_mhz END AS mem_clock_mhz,
-    substring(throttled FROM 1 FOR n) AS throttled,
-    times_ns[n + 1:cardinality(times_ns)] AS baseline_ns,
-    substring(throttled FROM n + 1) AS baseline_throttled
-FROM samples;
 
 CREATE TABLE correctness_results (
     id             bigserial PRIMARY KEY,
@@ -382,4 +371,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP VIEW raw_samples;\n" + "".join(f"DROP TABLE {t};\n" for t in TABLES))
+    op.execute("".join(f"DROP TABLE {t};\n" for t in TABLES))

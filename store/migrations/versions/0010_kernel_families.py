@@ -1,6 +1,6 @@
 """Kernel families on the kernels: each kernel's family as its spec declares it
-(``KernelSpec.family``, carried on every record), and the view the dashboards' kernel
-pickers read to label a kernel ``family / kernel``.
+(``KernelSpec.family``, carried on every record), which ``report_kernels`` gives the
+dashboards' kernel pickers to label a kernel ``family / kernel``.
 
 Kernels stored before this revision take the family their name gives, by the rule of
 ``kernelwatch.harness.records.FAMILY_WORDS`` frozen here as this revision's SQL, which is
@@ -18,8 +18,6 @@ revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
-
-READER = "kernelwatch_reader"
 
 # kernelwatch.harness.records.FAMILY_WORDS at this revision: the first family one of whose
 # words the kernel's name (split at "_") has.
@@ -41,16 +39,9 @@ UPDATE kernels k SET family = named.family
 FROM (SELECT id, {_DEFAULT_FAMILY} AS family
       FROM (SELECT id, string_to_array(name, '_') AS words FROM kernels) w) named
 WHERE named.id = k.id;
-
--- One row per kernel, for the kernel pickers' labels.
-CREATE VIEW report_kernels AS
-SELECT repo.name AS repository, k.suite, k.name AS kernel, k.family
-FROM kernels k
-    JOIN repositories repo ON repo.id = k.repository_id;
-GRANT SELECT ON report_kernels TO {READER};
 """
     )
 
 
 def downgrade() -> None:
-    op.execute("DROP VIEW report_kernels; ALTER TABLE kernels DROP COLUMN family;")
+    op.execute("ALTER TABLE kernels DROP COLUMN family;")

@@ -7,8 +7,8 @@
   a link.
 - ``pr_findings`` gains the base and head medians of a timed case, and a static finding's
   arch, function and values before and after.
-- ``report_pr_findings`` is made again with those columns and the check's; ``report_pr_checks``
-  lists the checks per pull request, one row per GPU.
+- ``report_pr_findings`` shows those columns and the check's; ``report_pr_checks`` lists the
+  checks per pull request, one row per GPU (both in ``store/views/``).
 
 Revision ID: 0012
 Revises: 0011
@@ -16,16 +16,12 @@ Revises: 0011
 
 from __future__ import annotations
 
-import importlib
-
 from alembic import op
 
 revision = "0012"
 down_revision = "0011"
 branch_labels = None
 depends_on = None
-
-READER = "kernelwatch_reader"
 
 PR_CHECKS = """
 CREATE TABLE pr_checks (
@@ -47,33 +43,6 @@ ALTER TABLE pr_findings
     ADD COLUMN before_value text NOT NULL DEFAULT '',
     ADD COLUMN after_value text NOT NULL DEFAULT '';"""
 
-_CHECK_COLUMNS = """repo.name AS repository, head.run_id, head.started_at, hc.sha AS head_sha,
-    bc.sha AS base_sha, d.model AS device_model, d.host, pc.pr_number, pc.branch, pc.author,
-    pc.outcome, pc.verdict AS merge_verdict, pc.report AS report_url,
-    -- what the PR picker lists: the pull request, else the head commit
-    coalesce('#' || pc.pr_number, left(hc.sha, 12)) AS pr"""
-
-_CHECK_JOINS = """JOIN runs head ON head.id = pc.head_run_id
-    JOIN runs base ON base.id = pc.base_run_id
-    JOIN repositories repo ON repo.id = head.repository_id
-    JOIN devices d ON d.id = head.device_id
-    LEFT JOIN commits hc ON hc.id = head.commit_id
-    LEFT JOIN commits bc ON bc.id = base.commit_id"""
-
-VIEWS = {
-    "report_pr_checks": f"""
-SELECT {_CHECK_COLUMNS}
-FROM pr_checks pc
-    {_CHECK_JOINS}""",
-    "report_pr_findings": f"""
-SELECT f.id AS finding_id, {_CHECK_COLUMNS}, f.kind, f.kernel, f.case_label, f.dtype,
-    f.verdict, f.ratio, f.ci_low, f.ci_high, f.p_value, f.base_ns, f.head_ns, f.arch,
-    f.function, f.before_value, f.after_value, f.detail
-FROM pr_findings f
-    JOIN pr_checks pc ON pc.head_run_id = f.head_run_id
-    {_CHECK_JOINS}""",
-}
-
 
 def upgrade() -> None:
     op.execute(PR_CHECKS)
@@ -89,18 +58,10 @@ SELECT head_run_id, min(base_run_id),
     CASE WHEN min(report) ~ '^https?://' THEN min(report) END
 FROM pr_findings GROUP BY head_run_id"""
     )
-    op.execute("DROP VIEW report_pr_findings;")
     op.execute("ALTER TABLE pr_findings DROP COLUMN report;")
-    for name, body in VIEWS.items():
-        op.execute(f"CREATE VIEW {name} AS {body};")
-    op.execute(f"GRANT SELECT ON {', '.join(VIEWS)} TO {READER};")
 
 
 def downgrade() -> None:
-    versions = "kernelwatch.store.migrations.versions"
-    earlier = importlib.import_module(f"{versions}.0009_honest_dashboards")
-    for name in reversed(VIEWS):
-        op.execute(f"DROP VIEW {name};")
     op.execute(
         """
 ALTER TABLE pr_findings ADD COLUMN report text;
@@ -110,6 +71,3 @@ ALTER TABLE pr_findings DROP COLUMN base_ns, DROP COLUMN head_ns, DROP COLUMN ar
     DROP COLUMN function, DROP COLUMN before_value, DROP COLUMN after_value;
 DROP TABLE pr_checks;"""
     )
-    view = earlier.NEW_VIEWS["report_pr_findings"]
-    op.execute(f"CREATE VIEW report_pr_findings AS {view};")
-    op.execute(f"GRANT SELECT ON report_pr_findings TO {READER};")

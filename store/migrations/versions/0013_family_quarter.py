@@ -8,6 +8,8 @@
   without a declared family is a family of its own), from the same sums, so a family's
   geometric mean is over its cases, not over its kernels' means.
 
+Its views are defined in ``store/views/`` now; this revision keeps its tables.
+
 Revision ID: 0013
 Revises: 0012
 """
@@ -21,7 +23,6 @@ down_revision = "0012"
 branch_labels = None
 depends_on = None
 
-READER = "kernelwatch_reader"
 METHOD = "s.timer || '/' || s.l2 || '/h' || s.harness_version"
 
 TABLE = f"""
@@ -47,36 +48,10 @@ FROM measurements m JOIN series s ON s.id = m.series_id
 WHERE m.history AND m.status = 'ok'
 GROUP BY m.run_id, s.kernel_id, {METHOD};"""
 
-VIEWS = {
-    "report_night_kernels": """
-SELECT n.night, repo.name AS repository, k.name AS kernel,
-    CASE WHEN k.family <> '' THEN k.family ELSE k.name END AS family, d.model AS device_model,
-    n.method, n.cases, n.speedup_cases, n.ln_speedup_sum, n.sol_cases, n.pct_sol_sum,
-    exp(n.ln_speedup_sum / NULLIF(n.speedup_cases, 0)) AS speedup_geomean,
-    n.pct_sol_sum / NULLIF(n.sol_cases, 0) AS mean_pct_sol
-FROM night_kernel_stats n
-    JOIN kernels k ON k.id = n.kernel_id
-    JOIN repositories repo ON repo.id = k.repository_id
-    JOIN runs r ON r.id = n.run_id
-    JOIN devices d ON d.id = r.device_id""",
-    "report_night_families": """
-SELECT night, repository, family, device_model, method, sum(cases) AS cases,
-    count(*) AS kernels,
-    exp(sum(ln_speedup_sum) / NULLIF(sum(speedup_cases), 0)) AS speedup_geomean,
-    sum(pct_sol_sum) / NULLIF(sum(sol_cases), 0) AS mean_pct_sol
-FROM report_night_kernels
-GROUP BY night, repository, family, device_model, method""",
-}
-
 
 def upgrade() -> None:
     op.execute(TABLE)
-    for name, body in VIEWS.items():
-        op.execute(f"CREATE VIEW {name} AS {body};")
-    op.execute(f"GRANT SELECT ON {', '.join(VIEWS)} TO {READER};")
 
 
 def downgrade() -> None:
-    for name in reversed(VIEWS):
-        op.execute(f"DROP VIEW {name};")
     op.execute("DROP TABLE night_kernel_stats;")

@@ -12,20 +12,14 @@ commits and configs per call (issue 30: 15-60 ms at fleet scale against 10 ms).
   filed here per series from its two newest points (one call per run, oldest first, took
   8 minutes on a year of fleet history: every call rewrote 2,000 rows in one transaction).
   Where a run measured a series twice (two GPUs of one model) its last point counts.
-- ``report_nightly_latest`` and ``report_nightly_kernels`` read it, restricted to the latest
-  run per repository and GPU model as before, so the same rows come back.
-- ``report_night_comparison``: the latest night against the previous one from the series'
-  two points (the previous point must be of the previous night's run, as before).
-- ``report_kernel_drift``: the latest side from it; the first nightly of the range is still
-  read from the measurements, since the range is the caller's.
+- ``report_nightly_latest``, ``report_nightly_kernels``, ``report_night_comparison`` and
+  ``report_kernel_drift`` (``store/views/``) read it: the same rows as from the measurements.
 
 Revision ID: 0016
 Revises: 0015
 """
 
 from __future__ import annotations
-
-import importlib
 
 from alembic import op
 
@@ -34,9 +28,7 @@ down_revision = "0015"
 branch_labels = None
 depends_on = None
 
-READER = "kernelwatch_reader"
 WRITER = "kernelwatch_writer"
-_VERSIONS = "kernelwatch.store.migrations.versions"
 HISTORY_RUN = "r.trigger IN ('nightly', 'manual') AND r.status IN ('ok', 'partial')"
 
 #: What a series' row holds of its latest point: (column, type, what it is read from).
@@ -128,78 +120,6 @@ $fn$;
 GRANT EXECUTE ON FUNCTION latest_points_add(bigint) TO {WRITER};"""
 
 
-_LATEST_RUNS = "(SELECT run_pk FROM report_latest_nightly_runs)"
-
-NIGHTLY_LATEST = f"""
-SELECT series_key, repository, suite, kernel, workload, case_label, dtype, device_model,
-    method, run_id, night AS measured_at, commit_sha, status, median_ns, ci_low_ns,
-    ci_high_ns, rel_ci_halfwidth, tflops, gbps, pct_compute, pct_memory, pct_sol, bound,
-    baseline, baseline_median_ns, speedup, config, run_status
-FROM latest_points
-WHERE run_pk IN {_LATEST_RUNS}"""
-
-# 0014's comparison with the series' two points read from latest_points.
-_COMPARISON_EDITS = (
-    ("""    JOIN measurements m ON m.run_id = l.run_pk AND m.status = 'ok' AND m.median_ns > 0
-    JOIN measurements pm ON pm.run_id = p.run_pk AND pm.series_id = m.series_id
-        AND pm.status = 'ok' AND pm.median_ns > 0
-    JOIN series s ON s.id = m.series_id
-    JOIN kernels k ON k.id = s.kernel_id
-    LEFT JOIN suspects ns ON ns.run_id = l.run_pk AND ns.series_id = m.series_id""",
-     """    JOIN latest_points lp ON lp.run_pk = l.run_pk AND lp.previous_run_pk = p.run_pk
-        AND lp.status = 'ok' AND lp.median_ns > 0
-        AND lp.previous_status = 'ok' AND lp.previous_median_ns > 0
-    LEFT JOIN suspects ns ON ns.run_id = l.run_pk AND ns.series_id = lp.series_id"""),
-    ("""SELECT s.key AS series_key, l.repository, k.name AS kernel, s.dtype, s.case_label,
-    s.device_model, s.timer || '/' || s.l2 || '/h' || s.harness_version AS method, l.run_id,""",
-     """SELECT lp.series_key, l.repository, lp.kernel, lp.dtype, lp.case_label,
-    lp.device_model, lp.method, l.run_id,"""),
-    ("pm.median_ns AS previous_ns,\n    m.median_ns AS latest_ns, m.median_ns / pm.median_ns",
-     "lp.previous_median_ns AS previous_ns,\n    lp.median_ns AS latest_ns,"
-     " lp.median_ns / lp.previous_median_ns"),
-)  # fmt: skip
-
-DRIFT_SIGNATURE = "report_kernel_drift(since timestamptz)"
-DRIFT = f"""
-WITH baseline AS (
-    SELECT DISTINCT ON (repo.id, d.model) r.id AS run_pk, r.started_at
-    FROM repositories repo
-        CROSS JOIN devices d
-        CROSS JOIN LATERAL (
-            SELECT id, started_at FROM runs
-            WHERE device_id = d.id AND repository_id = repo.id
-                AND trigger IN ('nightly', 'manual') AND status IN ('ok', 'partial')
-                AND started_at >= since
-            ORDER BY started_at LIMIT 1
-        ) r
-    ORDER BY repo.id, d.model, r.started_at
-), points AS (
-    SELECT m.series_id, m.median_ns, b.started_at
-    FROM baseline b JOIN measurements m ON m.run_id = b.run_pk
-    WHERE m.status = 'ok' AND m.median_ns > 0
-)
-SELECT lp.repository, lp.device_model, lp.kernel, count(*), max(lp.night), max(b.started_at),
-    exp(avg(ln(lp.median_ns / b.median_ns))), max(lp.median_ns / b.median_ns)
-FROM latest_points lp JOIN points b ON b.series_id = lp.series_id
-WHERE lp.run_pk IN {_LATEST_RUNS} AND lp.status = 'ok' AND lp.median_ns > 0
-GROUP BY lp.repository, lp.device_model, lp.kernel"""
-
-
-def _comparison(body: str) -> str:
-    for old, new in _COMPARISON_EDITS:
-        if body.count(old) != 1:
-            raise ValueError(f"0014's night comparison changed: {old[:60]!r}")
-        body = body.replace(old, new)
-    return body
-
-
-def _function(signature: str, returns: str, body: str) -> str:
-    return (
-        f"CREATE OR REPLACE FUNCTION {signature} RETURNS {returns} LANGUAGE sql STABLE "
-        f"SECURITY DEFINER SET search_path = public, pg_temp AS $fn${body}$fn$;"
-    )
-
-
 def _point(series: str, before: str = "") -> str:
     """The id of ``series``' newest history point (``before`` a night, when given)."""
     return f"""(SELECT m.id FROM measurements m JOIN runs r ON r.id = m.run_id
@@ -238,20 +158,8 @@ def upgrade() -> None:
     for statement in _backfill():
         op.execute(statement)
     op.execute("ANALYZE latest_points")
-    morning = importlib.import_module(f"{_VERSIONS}.0014_fleet_scale").NIGHT_COMPARISON
-    op.execute(f"CREATE OR REPLACE VIEW report_nightly_latest AS {NIGHTLY_LATEST};")
-    op.execute(f"CREATE OR REPLACE VIEW report_night_comparison AS {_comparison(morning)};")
-    returns = importlib.import_module(f"{_VERSIONS}.0004_dashboards").FUNCTIONS[DRIFT_SIGNATURE][0]
-    op.execute(_function(DRIFT_SIGNATURE, returns, DRIFT))
 
 
 def downgrade() -> None:
-    dashboards = importlib.import_module(f"{_VERSIONS}.0004_dashboards")
-    honest = importlib.import_module(f"{_VERSIONS}.0009_honest_dashboards")
-    morning = importlib.import_module(f"{_VERSIONS}.0014_fleet_scale").NIGHT_COMPARISON
-    op.execute(_function(DRIFT_SIGNATURE, *dashboards.FUNCTIONS[DRIFT_SIGNATURE]))
-    op.execute(f"CREATE OR REPLACE VIEW report_night_comparison AS {morning};")
-    latest = honest.VIEWS["report_nightly_latest"]
-    op.execute(f"CREATE OR REPLACE VIEW report_nightly_latest AS {latest};")
     op.execute("DROP FUNCTION latest_points_add(bigint);")
     op.execute("DROP TABLE latest_points;")

@@ -11,7 +11,8 @@ pass over 6,000 wide rows costs 5-10 ms on its own).
   morning panel lists its unsuspected rows in), refreshed by ``night_movers_refresh(run)``
   in every history run's ingest transaction for that run's repository and GPU model, from
   ``latest_points``, so it holds whatever order runs arrive in.
-- ``report_night_comparison_top``: ``report_night_comparison`` limited to the rows the
+- The views (``store/views/`` now): ``report_night_comparison_top``,
+  ``report_night_comparison`` limited to the rows the
   morning panel can show: every suspected series and each latest run's movers. Its first
   ``MOVERS`` rows in the panel's order are the full view's (a test holds the panel's row
   count under ``MOVERS``).
@@ -29,8 +30,6 @@ Revises: 0016
 
 from __future__ import annotations
 
-import importlib
-
 from alembic import op
 
 revision = "0017"
@@ -38,9 +37,7 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-READER = "kernelwatch_reader"
 WRITER = "kernelwatch_writer"
-_VERSIONS = "kernelwatch.store.migrations.versions"
 #: Unsuspected cases kept per latest run, most slowed first: the most the morning panel lists.
 MOVERS = 200
 
@@ -120,102 +117,25 @@ EXCEPTION WHEN insufficient_privilege THEN
     RAISE NOTICE 'jit is still on for this database: its owner can turn it off (jit = off)';
 END $$;"""
 
-# Ties between two GPUs' runs of one model broken the same way everywhere (the larger id).
-_TIES = (
-    ("ORDER BY repo.id, d.model, r.started_at DESC",
-     "ORDER BY repo.id, d.model, r.started_at DESC, r.id DESC"),
-    ("ORDER BY l.repository_id, l.device_model, r.started_at DESC\n)",
-     "ORDER BY l.repository_id, l.device_model, r.started_at DESC, r.id DESC\n)"),
-)  # fmt: skip
-
-BACKFILL = "SELECT night_movers_refresh(run_pk) FROM report_latest_nightly_runs;"
-
-# 0016's comparison, the series it pairs limited to the suspected ones and the movers.
-_TOP_EDITS = (
-    ("""    ORDER BY ns.run_id, ns.series_id, ns.id DESC
-)""",
-     """    ORDER BY ns.run_id, ns.series_id, ns.id DESC
-), picked AS (
-    SELECT run_id AS run_pk, series_id FROM suspects
-    UNION
-    SELECT run_pk, series_id FROM night_movers WHERE run_pk IN (SELECT run_pk FROM latest)
-)"""),
-    ("    JOIN latest_points lp ON lp.run_pk = l.run_pk",
-     """    JOIN picked k ON k.run_pk = l.run_pk
-    JOIN latest_points lp ON lp.series_id = k.series_id AND lp.run_pk = l.run_pk"""),
-)  # fmt: skip
-
-NIGHTLY_KERNELS = """
-SELECT l.repository, l.device_model, k.name AS kernel, sum(n.cases) AS series,
-    max(l.started_at) AS latest_at,
-    sum(n.pct_sol_sum) / NULLIF(sum(n.sol_cases), 0) AS mean_pct_sol,
-    exp(sum(n.ln_speedup_sum) / NULLIF(sum(n.speedup_cases), 0)) AS speedup_geomean,
-    count(DISTINCT l.run_pk) FILTER (WHERE l.status = 'partial') AS partial_runs
-FROM report_latest_nightly_runs l
-    JOIN night_kernel_stats n ON n.run_id = l.run_pk
-    JOIN kernels k ON k.id = n.kernel_id
-GROUP BY l.repository, l.device_model, k.name"""
-
-
-def _edited(body: str, edits: tuple[tuple[str, str], ...], what: str) -> str:
-    for old, new in edits:
-        if body.count(old) != 1:
-            raise ValueError(f"{what} changed: {old[:60]!r}")
-        body = body.replace(old, new)
-    return body
-
-
-def latest_runs() -> str:
-    """The body of ``report_latest_nightly_runs``: 0009's, ties broken."""
-    honest = importlib.import_module(f"{_VERSIONS}.0009_honest_dashboards")
-    return _edited(honest.VIEWS["report_latest_nightly_runs"], _TIES[:1], "0009's latest runs")
-
-
-def comparison() -> str:
-    """The body of ``report_night_comparison``: 0016's, ties broken."""
-    latest = importlib.import_module(f"{_VERSIONS}.0016_latest_points")
-    fleet_scale = importlib.import_module(f"{_VERSIONS}.0014_fleet_scale")
-    return _edited(latest._comparison(fleet_scale.NIGHT_COMPARISON), _TIES[1:],
-                   "0016's night comparison")  # fmt: skip
-
-
-def comparison_top() -> str:
-    """The body of ``report_night_comparison_top``."""
-    return _edited(comparison(), _TOP_EDITS, "0016's night comparison")
+# One refresh per repository and GPU model that has a history run: the function finds that
+# pair's latest run and the one before it itself.
+BACKFILL = """
+SELECT night_movers_refresh(max(r.id)) FROM runs r JOIN devices d ON d.id = r.device_id
+WHERE r.trigger IN ('nightly', 'manual') AND r.status IN ('ok', 'partial')
+GROUP BY r.repository_id, d.model;"""
 
 
 def upgrade() -> None:
     op.execute(NO_JIT)
     op.execute(INDEX)
-    op.execute(f"CREATE OR REPLACE VIEW report_latest_nightly_runs AS {latest_runs()};")
-    op.execute(f"CREATE OR REPLACE VIEW report_night_comparison AS {comparison()};")
     op.execute(TABLE)
     op.execute(REFRESH)
     op.execute(BACKFILL)
     op.execute("ANALYZE runs, night_movers")
-    op.execute(f"CREATE VIEW report_night_comparison_top AS {comparison_top()};")
-    op.execute(f"GRANT SELECT ON report_night_comparison_top TO {READER};")
-    op.execute(f"CREATE OR REPLACE VIEW report_nightly_kernels AS {NIGHTLY_KERNELS};")
 
 
 def downgrade() -> None:
-    honest = importlib.import_module(f"{_VERSIONS}.0009_honest_dashboards")
-    latest = importlib.import_module(f"{_VERSIONS}.0016_latest_points")
-    fleet_scale = importlib.import_module(f"{_VERSIONS}.0014_fleet_scale")
-    op.execute(
-        f"CREATE OR REPLACE VIEW report_nightly_kernels AS "
-        f"{honest.VIEWS['report_nightly_kernels']};"
-    )
-    op.execute("DROP VIEW report_night_comparison_top;")
     op.execute("DROP FUNCTION night_movers_refresh(bigint);")
     op.execute("DROP TABLE night_movers;")
-    op.execute(
-        "CREATE OR REPLACE VIEW report_night_comparison AS "
-        f"{latest._comparison(fleet_scale.NIGHT_COMPARISON)};"
-    )
-    op.execute(
-        "CREATE OR REPLACE VIEW report_latest_nightly_runs AS "
-        f"{honest.VIEWS['report_latest_nightly_runs']};"
-    )
     op.execute("DROP INDEX runs_history_idx;")
     op.execute(NO_JIT.replace("SET jit = off", "RESET jit"))

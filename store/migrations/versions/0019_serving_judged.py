@@ -8,14 +8,14 @@
 - ``regressions`` holds serving regressions too (``kind`` serving): ``deployment_id`` set,
   ``repository_id`` the kernel repository whose commit the bad run served when kernelwatch
   knows that commit (null otherwise), so every triage command, view and alert that lists
-  regressions lists them. ``report_regressions`` joins the repository as optional.
+  regressions lists them; ``report_regressions`` joins the repository as optional.
 - ``serving_traces`` and ``serving_trace_kernels``: a profiler trace of a run's serving step
   (torch.profiler or Nsight Systems), unique per run and file content, with each GPU kernel's
   launches, GPU time and share of the step's kernel time.
 
 The writer inherits SELECT, INSERT and UPDATE on new tables (migration 0002's default
-privileges); the reader reads none of them, only the views Grafana's serving dashboard and
-alert rule read:
+privileges); the reader reads none of them, only the views (``store/views/``) Grafana's
+serving dashboard and alert rule read:
 
 - ``report_serving_deployments``: each deployment with its ok and failed runs;
 - ``report_serving_metrics``: every ok run's summary metrics, long form;
@@ -33,8 +33,6 @@ Revises: 0018
 
 from __future__ import annotations
 
-import importlib
-
 from alembic import op
 
 revision = "0019"
@@ -42,16 +40,9 @@ down_revision = "0018"
 branch_labels = None
 depends_on = None
 
-_VERSIONS = "kernelwatch.store.migrations.versions"
-_EARLIER = importlib.import_module(f"{_VERSIONS}.0005_night_suspects")
-_KINDS = _EARLIER.KINDS
-OPEN_STATES = _EARLIER.OPEN_STATES
-SERVING_KINDS = _KINDS.replace(")", ", 'serving')")
-#: 0005's view of regressions, its repository made optional (a serving regression's
-#: deployment may serve a commit kernelwatch has never measured); the same columns.
-REGRESSIONS = _EARLIER.REGRESSIONS.replace(
-    "    JOIN repositories repo", "    LEFT JOIN repositories repo"
-)
+#: Regression kinds before this revision (0005's), and with serving.
+_KINDS = "('timing', 'correctness', 'static')"
+SERVING_KINDS = "('timing', 'correctness', 'static', 'serving')"
 
 TABLES = f"""
 ALTER TABLE regressions
@@ -110,90 +101,9 @@ ALTER TABLE regressions
     ADD CONSTRAINT regressions_kind_check CHECK (kind IN {_KINDS});"""
 
 
-# A kernel commit as a serving job names it (often abbreviated) resolved to the one stored
-# commit it is a prefix of; an ambiguous or unknown one stays unresolved.
-_RESOLVED = """(SELECT c.id FROM commits c WHERE length({sha}) >= 7 AND c.sha LIKE {sha} || '%'
-    AND (SELECT count(*) FROM commits o WHERE o.sha LIKE {sha} || '%') = 1)"""
-
-VIEWS = {
-    "report_serving_deployments": """
-SELECT d.id AS deployment_id, d.name AS deployment, d.model, d.engine, d.gpu, d.gpu_count,
-    d.tp, d.ep, d.load, d.dataset,
-    count(r.id) FILTER (WHERE r.status = 'ok') AS ok_runs,
-    count(r.id) FILTER (WHERE r.status = 'failed') AS failed_runs,
-    min(r.started_at) AS first_run_at, max(r.started_at) AS last_run_at,
-    coalesce(bool_or(r.simulated), false) AS simulated
-FROM deployments d LEFT JOIN serving_runs r ON r.deployment_id = d.id
-GROUP BY d.id""",
-    "report_serving_metrics": """
-SELECT d.name AS deployment, r.id AS run_pk, r.started_at, r.kernel_commit, r.engine_version,
-    r.simulated, d.gpu, d.gpu_count, m.metric, m.value
-FROM serving_runs r
-    JOIN deployments d ON d.id = r.deployment_id
-    JOIN serving_metrics m ON m.run_pk = r.id
-WHERE r.status = 'ok'""",
-    "report_serving_deploys": f"""
-SELECT x.deployment, x.started_at, x.kernel_commit, x.previous_kernel_commit,
-    {_RESOLVED.format(sha="x.kernel_commit")} AS commit_id,
-    {_RESOLVED.format(sha="x.previous_kernel_commit")} AS previous_commit_id
-FROM (
-    SELECT d.name AS deployment, r.started_at, r.kernel_commit,
-        lag(r.kernel_commit) OVER (PARTITION BY r.deployment_id ORDER BY r.started_at, r.id)
-            AS previous_kernel_commit
-    FROM serving_runs r JOIN deployments d ON d.id = r.deployment_id
-    WHERE r.status = 'ok'
-) x
-WHERE x.previous_kernel_commit IS DISTINCT FROM x.kernel_commit""",
-    "report_serving_kernel_regressions": f"""
-SELECT dp.deployment, dp.started_at, dp.kernel_commit, g.id AS regression_id, g.kind,
-    g.title, g.state, g.state IN {OPEN_STATES} AS open, g.magnitude, bad.sha AS commit_sha,
-    repo.name AS repository
-FROM report_serving_deploys dp
-    JOIN commits now_c ON now_c.id = dp.commit_id
-    JOIN commits was_c ON was_c.id = dp.previous_commit_id
-        AND was_c.repository_id = now_c.repository_id
-    JOIN regressions g ON g.repository_id = now_c.repository_id AND g.kind <> 'serving'
-    JOIN commits bad ON bad.id = coalesce(g.culprit_commit_id, g.bad_commit_id)
-    JOIN repositories repo ON repo.id = now_c.repository_id
-WHERE bad.author_time > was_c.author_time AND bad.author_time <= now_c.author_time""",
-    "report_serving_changes": f"""
-SELECT d.name AS deployment, sc.metric, sc.direction, sc.rel_change, sc.provisional,
-    r.started_at AS at, r.kernel_commit, p.started_at AS previous_at,
-    p.kernel_commit AS previous_kernel_commit, sc.regression_id, g.state,
-    g.state IN {OPEN_STATES} AS open, sc.explained_pct, sc.explanation
-FROM serving_changes sc
-    JOIN deployments d ON d.id = sc.deployment_id
-    JOIN serving_runs r ON r.id = sc.run_pk
-    JOIN serving_runs p ON p.id = sc.previous_run_pk
-    LEFT JOIN regressions g ON g.id = sc.regression_id""",
-    "report_serving_regressions": f"""
-SELECT g.id AS regression_id, d.name AS deployment, g.title, g.state,
-    g.state IN {OPEN_STATES} AS open, g.magnitude, g.created_at,
-    bool_and(sc.provisional) AS provisional,
-    string_agg(sc.metric, ', ' ORDER BY abs(sc.rel_change) DESC) AS metrics,
-    min(r.started_at) AS at, min(r.kernel_commit) AS kernel_commit,
-    min(p.kernel_commit) AS previous_kernel_commit,
-    (array_agg(sc.explanation ORDER BY abs(sc.rel_change) DESC)
-        FILTER (WHERE sc.explanation IS NOT NULL))[1] AS explanation
-FROM regressions g
-    JOIN deployments d ON d.id = g.deployment_id
-    JOIN serving_changes sc ON sc.regression_id = g.id
-    JOIN serving_runs r ON r.id = sc.run_pk
-    JOIN serving_runs p ON p.id = sc.previous_run_pk
-GROUP BY g.id, d.name""",
-}
-
-
 def upgrade() -> None:
     op.execute(TABLES)
-    op.execute(f"CREATE OR REPLACE VIEW report_regressions AS {REGRESSIONS};")
-    for name, sql in VIEWS.items():
-        op.execute(f"CREATE VIEW {name} AS {sql};")
-    op.execute(f"GRANT SELECT ON {', '.join(VIEWS)} TO {_EARLIER.READER};")
 
 
 def downgrade() -> None:
-    for name in reversed(VIEWS):
-        op.execute(f"DROP VIEW {name};")
-    op.execute(f"CREATE OR REPLACE VIEW report_regressions AS {_EARLIER.REGRESSIONS};")
     op.execute(DOWN)

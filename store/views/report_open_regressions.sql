@@ -1,0 +1,2 @@
+CREATE VIEW report_open_regressions AS
+SELECT * FROM report_regressions WHERE open;
