@@ -29,8 +29,8 @@ from typing import Literal
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from kernelwatch.analysis.confirm import Confirmation, Floors, confirm_shift, cycles
 from kernelwatch.analysis.noise import relative_noise
+from kernelwatch.analysis.shift_test import Confirmation, Floors, confirm_shift, cycles
 from kernelwatch.analysis.tail import TailRule, TailShift, tail_magnitude_pct, tail_shift
 from kernelwatch.analysis.thresholds import DetectorConfig
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from kernelwatch.analysis.changepoints import ChangePoint, Detection, detect, neighbour_bounds
-from kernelwatch.analysis.confirm import Floors, SampledRun, confirm_on_samples, counted_samples
+from kernelwatch.analysis.shift_test import Floors, SampledRun, confirm_on_samples, counted_samples
 from kernelwatch.analysis.thresholds import DetectorConfig
 
 _DEFAULT = DetectorConfig()

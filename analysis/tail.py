@@ -23,7 +23,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from kernelwatch.analysis.confirm import rank_test, sorted_median, trim_slow_tail
+from kernelwatch.analysis.shift_test import rank_test, sorted_median, trim_slow_tail
 
 #: A tail of this many points or more may hold one slow outlier when it is judged faster.
 _OUTLIER_ALLOWED_FROM = 3

@@ -1,7 +1,7 @@
 """Whether the timing can be trusted: the GPU self-check's questions, judged.
 
-Pure functions over the self-check's data (``harness/selfcheck_stages.py`` gathers it; the
-shape of each stage's data is in ``harness/timing/selfcheck.py`` and below). Every question
+Pure functions over the self-check's data (``harness/selfcheck/stages.py`` gathers it; the
+shape of each stage's data is in ``harness/selfcheck/measure.py`` and below). Every question
 gets one :class:`Finding`: ``pass``, ``fail``, ``incomplete`` (the data to settle it is
 missing: a stage that did not run, ran out of time, or a tool that cannot run here) or
 ``skipped`` (not applicable on this host). The thresholds are declared here, once, and quoted

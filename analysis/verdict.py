@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from kernelwatch.analysis.confirm import counted_samples, rank_test
+from kernelwatch.analysis.shift_test import counted_samples, rank_test
 from kernelwatch.analysis.thresholds import VerdictConfig
 from kernelwatch.harness.records import Measurement
 

@@ -1,6 +1,6 @@
 """``kernelwatch bench``: timing from the command line.
 
-Kernel code runs only in the runner child (``harness/supervise.py``); this process formats
+Kernel code runs only in the kernel child (``harness/isolation/supervise.py``); this process formats
 what comes back.
 """
 
@@ -37,13 +37,13 @@ from kernelwatch.cli.console import (
     stderr,
     stream_records,
 )
-from kernelwatch.harness.records import Measurement
-from kernelwatch.harness.supervise import (
+from kernelwatch.harness.isolation.supervise import (
     BenchRequest,
     SelectionUnavailable,
     SuiteError,
     run_benches,
 )
+from kernelwatch.harness.records import Measurement
 from kernelwatch.harness.timing.request import BenchOptions
 
 _STATUS_STYLE = {"ok": "green", "error": "bold red", "unsupported": "yellow"}

@@ -46,9 +46,9 @@ from kernelwatch.harness.build.stage import (
     default_workers,
     run_build,
 )
+from kernelwatch.harness.isolation.worktree import RevisionError, checkout, top
 from kernelwatch.harness.records import BuildMetrics
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef, at_revision, is_file_target
-from kernelwatch.harness.worktree import RevisionError, checkout, top
 
 _ARCHS = ",".join(DEFAULT_ARCHS)
 ArchOption = Annotated[

@@ -31,13 +31,13 @@ from kernelwatch.cli.console import (
     stderr,
     stream_records,
 )
-from kernelwatch.harness.records import CorrectnessResult
-from kernelwatch.harness.supervise import (
+from kernelwatch.harness.isolation.supervise import (
     CheckRequest,
     SelectionUnavailable,
     SuiteError,
     run_checks,
 )
+from kernelwatch.harness.records import CorrectnessResult
 
 _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "unsupported": "yellow"}
 

@@ -31,7 +31,7 @@ from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import fail, progress, stderr
 from kernelwatch.cli.localrun import prepare_prefect, print_nightly
 from kernelwatch.flows.demo_repo import CULPRIT_KERNEL
-from kernelwatch.harness.sandbox import contained
+from kernelwatch.harness.isolation.sandbox import contained
 
 DEMO_DATABASE = "kernelwatch_demo"
 
@@ -137,7 +137,7 @@ def demo(
     culprit_night = nights - 2
     made = make_demo_repo(root / "repo", nights=nights, culprit_night=culprit_night)
     config_path = root / "kernelwatch.toml"
-    # The runner child picks the device the same way (harness/device.py).
+    # The kernel child picks the device the same way (harness/device.py).
     import torch
 
     config_path.write_text(

@@ -15,7 +15,8 @@ import typer
 
 from kernelwatch.cli.app import app
 from kernelwatch.cli.console import fail, stderr
-from kernelwatch.harness import gitcmd, scaffold
+from kernelwatch.harness import scaffold
+from kernelwatch.harness.isolation import gitcmd
 
 CONFIG_FILE = "kernelwatch.toml"
 

@@ -49,7 +49,7 @@ def _failures(unavailable: int) -> Iterator[None]:
     revisions and selections 2, an unreachable store or a failing git ``unavailable``."""
     from kernelwatch.config.tables import ConfigError
     from kernelwatch.flows.repos import InfrastructureError
-    from kernelwatch.harness.worktree import RevisionError
+    from kernelwatch.harness.isolation.worktree import RevisionError
     from kernelwatch.store.connect import SchemaMismatch, StoreUnavailable
 
     try:
@@ -76,8 +76,8 @@ def run_checked(
     2: its 1 means a regression)."""
     from kernelwatch.config.settings import load
     from kernelwatch.flows.repos import sync
-    from kernelwatch.harness.sandbox import refusal
-    from kernelwatch.harness.worktree import resolve
+    from kernelwatch.harness.isolation.sandbox import refusal
+    from kernelwatch.harness.isolation.worktree import resolve
 
     with _failures(unavailable):
         config = load()

@@ -34,7 +34,7 @@ from kernelwatch.cli import (  # noqa: F401
 from kernelwatch.cli.app import app
 from kernelwatch.cli.console import stderr
 from kernelwatch.cli.signals import Terminated, end_children_on_signals
-from kernelwatch.harness.sandbox import SandboxError
+from kernelwatch.harness.isolation.sandbox import SandboxError
 
 #: Packages only some commands need (the store, the flows, Grafana), by import name, with
 #: the distribution that provides each.
@@ -54,7 +54,7 @@ app.add_typer(serving.serving_app, name="serving")
 
 
 def main() -> None:
-    """Console-script entry point. SIGTERM, SIGINT and SIGHUP end the runner children first
+    """Console-script entry point. SIGTERM, SIGINT and SIGHUP end the kernel children first
     (they lead their own process groups, so ``timeout`` would not reach them), then exit
     with 128 + the signal's number; what was measured before is already written."""
     end_children_on_signals()

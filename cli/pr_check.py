@@ -19,7 +19,12 @@ from kernelwatch.cli.localrun import prepare_prefect, run_checked
 
 #: The last line's word for each outcome, which is also the exit status: 2 never reads as
 #: "no regression".
-VERDICTS = {0: "no regression", 1: "regression", 2: "no verdict: the comparison could not be made"}
+VERDICTS = {
+    0: "no regression",
+    1: "regression",
+    2: "no verdict: the comparison could not be made",
+    3: "inconclusive: no case slower, but a case still AMBIGUOUS after more samples",
+}
 
 
 @app.command("pr-check")
@@ -50,7 +55,9 @@ def pr_check(
     """Compare HEAD against BASE on this device: both checked, built and timed interleaved.
     Writes the PR comment (markdown) and the HTML report and prints their paths.
 
-    Exit 0 no regression, 1 regression, 2 the check could not be made (or bad input).
+    Exit 0 no regression, 1 regression, 2 the check could not be made (or bad input), 3
+    inconclusive: none slower, but a case still AMBIGUOUS after the extra samples ``[pr]``
+    allows.
     """
     from kernelwatch.harness.suite import SelectionError, parse_params
 

@@ -1,5 +1,5 @@
 """``kernelwatch runner``: serve the sandboxed children of a trusted side from a container
-that holds no secret and has no network (``harness/remote.py``, docs/SECURITY.md)."""
+that holds no secret and has no network (``harness/isolation/remote.py``, docs/SECURITY.md)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def serve(
     points), each in this container's sandbox, until SIGTERM. Refuses to start while this
     process holds a secret: a secret-named variable, a file under /run/secrets, a
     service-account token, a kernelwatch.toml with a database URL."""
-    from kernelwatch.harness.remote import RunnerRefused
-    from kernelwatch.harness.remote import serve as serve_jobs
+    from kernelwatch.harness.isolation.remote import RunnerRefused
+    from kernelwatch.harness.isolation.remote import serve as serve_jobs
 
     try:
         stderr.print(f"runner: serving {requests} into {results}", markup=False)

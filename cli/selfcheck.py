@@ -1,6 +1,6 @@
 """``kernelwatch selfcheck``: whether the timing can be trusted on this GPU, in one run.
 
-The stages, their deadlines and the report folder are ``harness/selfcheck_stages.py``'s (kernel
+The stages, their deadlines and the report folder are ``harness/selfcheck/stages.py``'s (kernel
 code runs only in child processes); the judging is ``analysis/trust.py``'s and the summary
 ``report/trust_summary.py``'s, passed to the harness from here.
 """
@@ -28,7 +28,8 @@ from kernelwatch.cli.arguments import (
 )
 from kernelwatch.cli.console import fail, progress, stderr
 from kernelwatch.config.redact import printable
-from kernelwatch.harness.selfcheck_stages import (
+from kernelwatch.harness.isolation.supervise import SelectionUnavailable
+from kernelwatch.harness.selfcheck.stages import (
     Backend,
     ChildBackend,
     Judging,
@@ -37,7 +38,6 @@ from kernelwatch.harness.selfcheck_stages import (
     run_stages,
 )
 from kernelwatch.harness.suite import BUILTIN_SUITE
-from kernelwatch.harness.supervise import SelectionUnavailable
 from kernelwatch.report.trust_summary import render
 from kernelwatch.serving.step_trace import read_step
 

@@ -1,6 +1,6 @@
-"""Signals that end a command: the runner children go first.
+"""Signals that end a command: the kernel children go first.
 
-A runner child leads its own process group (``harness/child.py``), so a signal sent to the
+A kernel child leads its own process group (``harness/isolation/child.py``), so a signal sent to the
 command's group (``timeout``, a CI job's cancellation, Ctrl-C) does not reach it; left
 alone it would keep the GPU busy after the command is gone.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-from kernelwatch.harness.child import Stopped, stop
+from kernelwatch.harness.isolation.child import Stopped, stop
 
 #: The signals that mean "stop now".
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -121,6 +121,26 @@ class BisectSettings:
         BisectConfig(max_rounds=self.max_rounds)
 
 
+@dataclass(frozen=True)
+class PrSettings:
+    """How a PR check settles what its first A/B left inconclusive (``[pr]``): the kernels of
+    AMBIGUOUS cases are timed again with twice the samples each round, a static change
+    first, before the comment is written; what is still AMBIGUOUS makes the check's outcome
+    3 (inconclusive), never 0."""
+
+    device_seconds: float = 300.0
+    """Device seconds one PR check may spend on those extra rounds; a kernel whose next round
+    (about twice its last) would pass it is not timed again, and the comment says so."""
+    max_rounds: int = 3
+    """Extra rounds of an inconclusive kernel (0: none; the comment reports it as is)."""
+
+    def __post_init__(self) -> None:
+        if self.device_seconds < 0:
+            raise ValueError(f"device_seconds must be at least 0, got {self.device_seconds}")
+        if self.max_rounds < 0:
+            raise ValueError(f"max_rounds must be at least 0, got {self.max_rounds}")
+
+
 #: Who may announce new regressions ("" lets :class:`Notifications` choose).
 ANNOUNCERS = ("", "flow", "grafana")
 
@@ -208,6 +228,7 @@ class Config:
     confirm: ConfirmBudget = field(default_factory=ConfirmBudget)
     notifications: Notifications = field(default_factory=Notifications)
     serving: ServingSettings = field(default_factory=ServingSettings)
+    pr: PrSettings = field(default_factory=PrSettings)
 
     def repository_at(self, path: Path) -> RepositoryConfig | None:
         """The repository whose local checkout (``source``) holds ``path``, the innermost
@@ -266,7 +287,7 @@ def load(path: Path | None = None) -> Config:
 #: The tables of the file, in the order docs/CONFIG.md lists them.
 TABLES = (
     "database", "repositories", "pools", "bench", "run", *SECTIONS, "thresholds",
-    "notifications", "serving",
+    "notifications", "serving", "pr",
 )  # fmt: skip
 #: The BenchOptions fields that make sense in a file (the rest are computed or
 #: per-invocation).
@@ -322,6 +343,7 @@ def parse(data: Mapping[str, Any], file: Path | None) -> Config:
             Notifications, table(data, "notifications", where), "[notifications]", where
         ),
         serving=record(ServingSettings, table(data, "serving", where), "[serving]", where),
+        pr=record(PrSettings, table(data, "pr", where), "[pr]", where),
     )
 
 

@@ -77,7 +77,8 @@ ORDER BY outcome DESC, device_model
             .description(
                 "What the PR comment said, on each GPU the check ran on: outcome 0 no "
                 "regression, 1 regression (a case slower, a static regression or a "
-                "correctness failure at head), 2 no verdict. report_url is empty where no "
+                "correctness failure at head), 2 no verdict, 3 inconclusive (none slower, "
+                "a case still AMBIGUOUS after more samples). report_url is empty where no "
                 "[run] report_url serves the report folder. Click a row for the report."
             )
             .data_links(_report_link())

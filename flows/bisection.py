@@ -28,9 +28,9 @@ from kernelwatch.analysis.verdict import ABVerdict, compare_measurements
 from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
 from kernelwatch.flows.repos import commit_info, commits_between
+from kernelwatch.harness.isolation.worktree import RevisionError, checkout
 from kernelwatch.harness.records import ABMeasurement, CaseId, CommitInfo, DeviceInfo
 from kernelwatch.harness.timing.request import BenchOptions
-from kernelwatch.harness.worktree import RevisionError, checkout
 from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
 from kernelwatch.store.suspects import regression_cases

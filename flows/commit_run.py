@@ -10,8 +10,8 @@ from kernelwatch.config.settings import Config, RepositoryConfig
 from kernelwatch.flows import pipeline, tasks
 from kernelwatch.flows.repos import commit_info
 from kernelwatch.harness.build.stage import BuildFailed
-from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
-from kernelwatch.harness.worktree import checkout
+from kernelwatch.harness.isolation.supervise import SelectionUnavailable, SuiteError
+from kernelwatch.harness.isolation.worktree import checkout
 
 
 @dataclass(frozen=True)

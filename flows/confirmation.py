@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
-from kernelwatch.analysis.confirm import counted_samples
+from kernelwatch.analysis.shift_test import counted_samples
 from kernelwatch.analysis.static_diff import Finding, diff_builds
 from kernelwatch.analysis.suspicion import (
     Confirmed,

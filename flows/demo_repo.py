@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from kernelwatch.harness import gitcmd
+from kernelwatch.harness.isolation import gitcmd
 
 #: The suite module inside the demo repository (``--suite kwdemo --repo PATH``).
 SUITE_MODULE = "kwdemo"

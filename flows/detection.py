@@ -15,9 +15,9 @@ import numpy as np
 import psycopg
 
 from kernelwatch.analysis.changepoints import ChangePoint
-from kernelwatch.analysis.confirm import counted_samples
 from kernelwatch.analysis.grouping import Alert, Regression, group, place
 from kernelwatch.analysis.record_changes import detect_measurements
+from kernelwatch.analysis.shift_test import counted_samples
 from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.triage_rules import Triage, auto_close, recovery_index
 from kernelwatch.store.findings import (

@@ -24,8 +24,8 @@ from kernelwatch.flows.confirmation import OUTCOMES, NightReport, night_pass
 from kernelwatch.flows.notify import RegressionNotice, send
 from kernelwatch.flows.pipeline import RunContext
 from kernelwatch.flows.reporting import artifact_key, nightly_report, regression_notices
+from kernelwatch.harness.isolation.worktree import checkout, resolve
 from kernelwatch.harness.records import ABMeasurement
-from kernelwatch.harness.worktree import checkout, resolve
 
 #: Regression kinds the nightly bisects (a static one is the night's own range: its builds
 #: are the evidence).

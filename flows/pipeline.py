@@ -1,9 +1,9 @@
 """The stages of one commit's run, as plain functions: build, check, time, A/B, assemble the
 run. The Prefect tasks (``tasks.py``) wrap them; tests and the flows share them.
 
-Kernel code runs only in the harness's child processes (``harness/supervise.py``): a crash,
-hang or NaN in one case becomes that case's failure record with the stderr tail, and every
-other case still runs. What is left here is choosing what to run and packaging records.
+Kernel code runs only in the harness's child processes (``harness/isolation/supervise.py``): a
+crash, hang or NaN in one case becomes that case's failure record with the stderr tail, and
+every other case still runs. What is left here is choosing what to run and packaging records.
 """
 
 from __future__ import annotations
@@ -15,9 +15,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kernelwatch.config.settings import RepositoryConfig
-from kernelwatch.harness.ab_sides import run_ab
 from kernelwatch.harness.build.cache import default_cache_dir
 from kernelwatch.harness.build.stage import BuildRequest, run_build
+from kernelwatch.harness.isolation.ab_sides import run_ab
+from kernelwatch.harness.isolation.supervise import (
+    ABRequest,
+    BenchRequest,
+    CheckRequest,
+    died,
+    run_benches,
+    run_checks,
+)
 from kernelwatch.harness.records import (
     ABMeasurement,
     BuildMetrics,
@@ -27,14 +35,6 @@ from kernelwatch.harness.records import (
     RunInfo,
 )
 from kernelwatch.harness.suite import SuiteRef, at_revision
-from kernelwatch.harness.supervise import (
-    ABRequest,
-    BenchRequest,
-    CheckRequest,
-    died,
-    run_benches,
-    run_checks,
-)
 from kernelwatch.harness.timing.pinning import pins_from_records
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.store.runfile import Run, RunRecord

@@ -1,28 +1,38 @@
 """The pull-request flow: base and head built, checked and timed interleaved on one device;
 a verdict per case, the static diff, a markdown comment and an HTML report.
 
+Before it answers, the kernels of the cases the A/B left AMBIGUOUS are timed again with twice
+the samples each round, a static change first, within ``[pr]``'s device seconds and rounds
+(``analysis/settling.py``).
+
 Result: 0 no regression, 1 regression (a case SLOWER beyond the margin, a static
 regression, or a case that fails its check at head and did not at base), 2 the check itself
-could not be made (a suite the check, the build or the A/B stage cannot load). Deployed per
-pool (``prefect.yaml``), run locally by ``kernelwatch pr-check``.
+could not be made (a suite the check, the build or the A/B stage cannot load), 3 no
+regression found but a case still inconclusive. Deployed per pool (``prefect.yaml``), run
+locally by ``kernelwatch pr-check``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
+from kernelwatch.analysis.settling import settle
+from kernelwatch.analysis.static_diff import diff_builds, paired_builds
 from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
+from kernelwatch.flows.bisection import more_samples
 from kernelwatch.flows.reporting import artifact_key, report_url
 from kernelwatch.flows.repos import commit_info, revision
 from kernelwatch.harness.build.stage import BuildFailed
-from kernelwatch.harness.supervise import SelectionUnavailable, SuiteError
-from kernelwatch.harness.worktree import checkout
+from kernelwatch.harness.isolation.supervise import SelectionUnavailable, SuiteError
+from kernelwatch.harness.isolation.worktree import checkout
+from kernelwatch.harness.records import ABMeasurement, BuildMetrics
 from kernelwatch.report import signature
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.html import write_compare_report
@@ -30,12 +40,12 @@ from kernelwatch.report.markdown import error_comment, merge_verdict, pr_comment
 from kernelwatch.report.repro import repository_sources
 from kernelwatch.store.pr_findings import PrCheck, insert_pr_check
 
-NO_REGRESSION, REGRESSION, ERROR = 0, 1, 2
+NO_REGRESSION, REGRESSION, ERROR, INCONCLUSIVE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
 class PrCheckSummary:
-    """The outcome (0/1/2), the files written for people, and why when it is 2."""
+    """The outcome (0/1/2/3), the files written for people, and why when it is 2."""
 
     repository: str
     base: str
@@ -94,6 +104,14 @@ def pr_check(
             kernels = tuple(k for k in pipeline.timed_kernels(checks_b) if k in passed_a)
             gpus = config.pool(pool).gpus_per_node
             pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
+
+            def measure(chosen: tuple[str, ...], round_: int) -> list[ABMeasurement]:
+                options = more_samples(config.bench, round_)
+                return tasks.ab(repo, a.path, b.path, chosen, options, timeout, gpus)
+
+            settled = settle(pairs, measure, config.thresholds, config.pr.device_seconds,
+                             config.pr.max_rounds, changed_kernels(builds_a, builds_b))  # fmt: skip
+            pairs = list(settled.pairs)
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
             return _error(repo.name, to, str(exc))
     side_a, side_b = pipeline.split_ab(pairs)
@@ -116,6 +134,7 @@ def pr_check(
         comparison = comparison_from_runs(
             conn, run_a.info.run_id, run_b.info.run_id, config.thresholds
         )
+        comparison = replace(comparison, notes=(*comparison.notes, *settled.notes()))
         report = write_compare_report(conn, comparison, out, sources=repository_sources(config))
         link = report_url(report, Path(config.run.report_dir), config.run.report_url)
         check = PrCheck(comparison.outcome, merge_verdict(comparison), link, pr_number,
@@ -128,6 +147,14 @@ def pr_check(
     return PrCheckSummary(
         repo.name, base_sha, head_sha, comparison.outcome, str(comment), str(report)
     )
+
+
+def changed_kernels(base: Sequence[BuildMetrics], head: Sequence[BuildMetrics]) -> frozenset[str]:
+    """The kernels a static regression or a changed cubin touched between ``base`` and
+    ``head``'s builds: the ones an inconclusive case of is settled first."""
+    pairs = paired_builds(base, head)
+    moved = {after.kernel for before, after in pairs if before.cubin_sha256 != after.cubin_sha256}
+    return frozenset(moved | {f.kernel for f in diff_builds(base, head)})
 
 
 def _narrowed(

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 from kernelwatch.config.settings import RepositoryConfig
-from kernelwatch.harness import gitcmd
+from kernelwatch.harness.isolation import gitcmd
+from kernelwatch.harness.isolation.worktree import RevisionError, resolve
 from kernelwatch.harness.records import CommitInfo
-from kernelwatch.harness.worktree import RevisionError, resolve
 
 
 class InfrastructureError(RuntimeError):

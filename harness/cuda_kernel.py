@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelwatch.harness.sandbox import CUBIN_DIR_ENV
+from kernelwatch.harness.isolation.sandbox import CUBIN_DIR_ENV
 from kernelwatch.harness.spec import KernelUnsupported
 
 CPU_REASON = "CUDA C++ kernel: compile-only without a GPU (see kernelwatch build)"

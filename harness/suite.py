@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kernelwatch.harness import gitcmd
+from kernelwatch.harness.isolation import gitcmd
 
 if TYPE_CHECKING:  # spec imports torch; the supervising process never needs it
     from kernelwatch.harness.spec import Params, Suite

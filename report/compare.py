@@ -17,7 +17,7 @@ from typing import Literal
 
 import psycopg
 
-from kernelwatch.analysis.confirm import counted_samples
+from kernelwatch.analysis.shift_test import counted_samples
 from kernelwatch.analysis.static_diff import Finding, diff_builds
 from kernelwatch.analysis.thresholds import Thresholds, VerdictConfig
 from kernelwatch.analysis.verdict import ABVerdict, ABVerdictName, compare
@@ -35,7 +35,7 @@ from kernelwatch.store.report_queries import (
     run_samples,
 )
 
-Outcome = Literal[0, 1, 2]
+Outcome = Literal[0, 1, 2, 3]
 #: The correctness verdicts that count as failures.
 FAILED = ("fail", "error")
 _DEFAULT = Thresholds()
@@ -122,11 +122,14 @@ class Comparison:
     @property
     def outcome(self) -> Outcome:
         """0: no regression; 1: a case SLOWER, a static regression or a correctness failure
-        at head; 2: the comparison could not be made."""
+        at head; 2: the comparison could not be made; 3: no regression found, but a case is
+        still AMBIGUOUS (an unsettled case is no verdict, so never 0)."""
         if self.problem:
             return 2
         if self.slower or self.static or self.correctness_failures:
             return 1
+        if self.with_verdict("AMBIGUOUS"):
+            return 3
         return 0
 
 

@@ -85,8 +85,7 @@ def _headline(c: Comparison) -> str:
         lines.append(f"### ⚠️ kernelwatch could not compare this PR: {_text(c.problem)}")
     else:
         verdict = merge_verdict(c)  # counts and words of ours only
-        ambiguous = c.outcome == 0 and c.with_verdict("AMBIGUOUS")
-        mark = "❌" if c.outcome == 1 else "⚠️" if ambiguous else "✅"
+        mark = {1: "❌", 3: "⚠️"}.get(c.outcome, "✅")
         lines.append(f"### {mark} kernelwatch: {verdict}")
     device = c.head.device
     lines.append(
@@ -150,7 +149,7 @@ def _tail(c: Comparison, report_link: str | None) -> str:
     ambiguous = len(c.with_verdict("AMBIGUOUS"))
     parts = [f"{same} cases the same within ±{c.verdict_config.margin:.1%}"]
     if ambiguous:
-        parts.append(f"{ambiguous} ambiguous (more samples would settle them)")
+        parts.append(f"{ambiguous} still ambiguous after the extra samples [pr] allowed")
     if c.only_base:
         parts.append(f"{len(c.only_base)} only at base")
     if c.only_head:

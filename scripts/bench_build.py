@@ -26,8 +26,8 @@ from pathlib import Path
 
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS, parse_archs
 from kernelwatch.harness.build.stage import BuildRequest, BuildResult, default_workers, run_build
+from kernelwatch.harness.isolation.worktree import checkout
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
-from kernelwatch.harness.worktree import checkout
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 # A real change to one kernel's code: softmax's exponent goes through exp2.

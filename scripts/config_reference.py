@@ -136,6 +136,7 @@ TABLES: dict[str, Table] = {
     "thresholds": Table("[[thresholds]]", ()),
     "notifications": Table("[notifications]", ((settings.Notifications, None),)),
     "serving": Table("[serving]", ((settings.ServingSettings, None),)),
+    "pr": Table("[pr]", ((settings.PrSettings, None),)),
 }
 
 

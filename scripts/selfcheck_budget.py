@@ -6,7 +6,7 @@ roofs). Writes docs/results/selfcheck_budget.json, which docs/TIMING.md's budget
 rendered from (scripts/docs_results.py) and tests/test_selfcheck_stages.py holds the stage
 shares and the script's limit to.
 
-The self-check's stages share one Triton cache (harness/selfcheck_stages.py), so a binary an
+The self-check's stages share one Triton cache (harness/selfcheck/stages.py), so a binary an
 earlier stage compiled costs a later one nothing; only the first A/A process autotunes (the
 others launch its configs). What is estimated, not measured, is named in ``ASSUMED``.
 
@@ -28,12 +28,12 @@ from typing import Any
 
 from kernelwatch.harness.build.plan import Job, plan_builds
 from kernelwatch.harness.records import LaunchConfig
-from kernelwatch.harness.selfcheck_stages import STAGES, SelfcheckPlan
+from kernelwatch.harness.selfcheck.measure import TRACE_STEPS, TRACE_WORKLOAD, step_case
+from kernelwatch.harness.selfcheck.stages import STAGES, SelfcheckPlan
 from kernelwatch.harness.spec import KernelSpec, Params, Suite
 from kernelwatch.harness.suite import SuiteRef, load_suite, spread
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.roofline import ELEMENT_BYTES, datasheet_peaks
-from kernelwatch.harness.timing.selfcheck import TRACE_STEPS, TRACE_WORKLOAD, step_case
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu-selfcheck.sh"

@@ -2,7 +2,7 @@
 
 The self-check's child runs one launch of each kernel's case, a few times, under
 torch.profiler, and names the GPU functions each kernel launched
-(``harness/timing/selfcheck.py``'s ``trace``). Here the real trace goes through the same
+(``harness/selfcheck/measure.py``'s ``trace``). Here the real trace goes through the same
 reader (``traces.py``) and matcher (``names.py``) a serving trace goes through, and the
 table says whether what ``kernelwatch serving explain`` would compute from such a trace
 holds on this GPU: every kernel event is counted once (the matched and the unmatched shares

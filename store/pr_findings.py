@@ -38,7 +38,7 @@ class PrFinding:
 @dataclass(frozen=True)
 class PrCheck:
     """One PR check on one GPU: the pull request it was for (``pr_number`` None when the
-    check was run by hand on two revisions), the merge verdict (the comment's outcome 0/1/2
+    check was run by hand on two revisions), the merge verdict (the comment's outcome 0/1/2/3
     and its words) and the report's URL (None where no URL serves it)."""
 
     outcome: int

@@ -103,7 +103,7 @@ class MeasurementRow:
 
 @dataclass(frozen=True)
 class MeasurementSamples:
-    """The raw samples of one measurement, as ``analysis.confirm.counted_samples`` reads
+    """The raw samples of one measurement, as ``analysis.shift_test.counted_samples`` reads
     them: ``throttled`` and ``sm_clock_mhz`` per sample, or empty when unknown."""
 
     status: str

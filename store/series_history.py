@@ -17,7 +17,7 @@ WINDOW = 120
 @dataclass(frozen=True)
 class StoredRun:
     """One history point of a series as stored: the measurement, its commit and its raw
-    samples (what ``kernelwatch.analysis.confirm.SampledRun`` reads)."""
+    samples (what ``kernelwatch.analysis.shift_test.SampledRun`` reads)."""
 
     measurement_id: int
     run_pk: int

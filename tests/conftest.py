@@ -61,7 +61,7 @@ if WORKER is None or not os.environ.get("KERNELWATCH_BUILD_CACHE"):
 os.environ.setdefault("KERNELWATCH_BUILD_WORKERS", "1")
 
 
-#: The end-to-end files: each runs the product as a user does (the CLI, runner children in
+#: The end-to-end files: each runs the product as a user does (the CLI, kernel children in
 #: their sandbox, Prefect flows, wheels), which costs a child's torch import and more per
 #: step. They carry the ``slow`` marker, as does any test elsewhere that runs the console
 #: script (the ``kernelwatch_cli`` fixture), so the inner loop's fast tier, ``./kw test -m

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from kernelwatch.analysis.verdict import compare_measurements
-from kernelwatch.harness.ab_sides import run_ab
+from kernelwatch.harness.isolation.ab_sides import run_ab
+from kernelwatch.harness.isolation.supervise import ABRequest
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.harness.supervise import ABRequest
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.sampling import BUDGET, Sample, StopRule, collect_blocks
 

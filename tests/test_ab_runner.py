@@ -14,12 +14,12 @@ import pytest
 from gitrepo import git
 
 from kernelwatch.analysis.verdict import compare_measurements
-from kernelwatch.harness.ab_sides import run_ab
+from kernelwatch.harness.isolation.ab_sides import run_ab
+from kernelwatch.harness.isolation.supervise import ABRequest, SelectionUnavailable, SuiteError
+from kernelwatch.harness.isolation.worktree import checkout
 from kernelwatch.harness.records import read_record
 from kernelwatch.harness.suite import SuiteRef, Task, lacks, load_suite_isolated
-from kernelwatch.harness.supervise import ABRequest, SelectionUnavailable, SuiteError
 from kernelwatch.harness.timing.request import BenchOptions
-from kernelwatch.harness.worktree import checkout
 
 KERNELS = textwrap.dedent(
     """

@@ -16,8 +16,8 @@ from gitrepo import git
 
 from kernelwatch.analysis.static_diff import diff_builds
 from kernelwatch.harness.build.stage import BuildFailed, BuildRequest, BuildResult, run_build
+from kernelwatch.harness.isolation.worktree import RevisionError, checkout
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.harness.worktree import RevisionError, checkout
 
 KERNELS = textwrap.dedent(
     """

@@ -19,8 +19,8 @@ from kernelwatch.analysis.changepoints import (
     detect,
     local_rank_scan,
 )
-from kernelwatch.analysis.confirm import confirm_shift
 from kernelwatch.analysis.noise import relative_noise
+from kernelwatch.analysis.shift_test import confirm_shift
 
 # The false-alarm rate docs/DETECTION.md documents for unchanged series.
 DOCUMENTED_FALSE_ALARM_RATE = 0.03
@@ -131,7 +131,7 @@ def test_incremental_refuses_mixing_clocked_and_unclocked_points():
 
 
 def test_sorted_quantile_matches_numpy():
-    from kernelwatch.analysis.confirm import _quantile
+    from kernelwatch.analysis.shift_test import _quantile
 
     rng = np.random.default_rng(0)
     for size in (1, 2, 5, 30, 61):

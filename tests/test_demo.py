@@ -33,8 +33,8 @@ from kernelwatch.flows.demo_repo import (
     rewrite_imports,
 )
 from kernelwatch.harness.build.stage import BuildRequest, run_build
+from kernelwatch.harness.isolation.worktree import checkout
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.harness.worktree import checkout
 from kernelwatch.store.triage_state import show_regression
 
 #: Everything a kernel of the demo suite compiles or is declared in.

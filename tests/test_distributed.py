@@ -1,5 +1,5 @@
 """Distributed cases end to end on the CPU: the built-in communication suite checked and
-timed with gloo at world sizes 2 and 4 in a real runner child, planted rank faults (a wrong
+timed with gloo at world sizes 2 and 4 in a real kernel child, planted rank faults (a wrong
 chunk, a hang, a crash) recorded against their case while the others still report, and the
 nccl-tests bandwidth arithmetic."""
 
@@ -12,10 +12,15 @@ import pytest
 
 from kernelwatch.harness.distributed.bandwidth import bandwidth, bus_factor, interconnect_peak
 from kernelwatch.harness.distributed.world import interconnect, nccl_env, parse_topology
+from kernelwatch.harness.isolation.supervise import (
+    BenchRequest,
+    CheckRequest,
+    run_benches,
+    run_checks,
+)
 from kernelwatch.harness.records import RankInfo, WorldInfo, read_record
 from kernelwatch.harness.spec import World
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.harness.supervise import BenchRequest, CheckRequest, run_benches, run_checks
 from kernelwatch.harness.timing.request import BenchOptions
 
 COMM = SuiteRef("kernelwatch.kernels.collectives")
@@ -195,9 +200,9 @@ def test_a_pr_check_between_two_commits_gives_a_verdict_on_a_distributed_case(tm
     from gitrepo import git
 
     from kernelwatch.analysis.verdict import compare_measurements
-    from kernelwatch.harness.ab_sides import run_ab
-    from kernelwatch.harness.supervise import ABRequest
-    from kernelwatch.harness.worktree import checkout
+    from kernelwatch.harness.isolation.ab_sides import run_ab
+    from kernelwatch.harness.isolation.supervise import ABRequest
+    from kernelwatch.harness.isolation.worktree import checkout
 
     repo = tmp_path / "repo"
     repo.mkdir()

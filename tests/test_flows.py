@@ -313,6 +313,60 @@ def test_pr_check_says_0_for_an_unchanged_head(demo, environment, tmp_path):
     assert Path(same.comment).is_file() and Path(same.report).is_file()
 
 
+def _on_the_margin(pair):
+    """``pair`` with the head's samples the base's times 1 + MARGIN: an interval that holds
+    the margin however many samples are taken, so the verdict stays AMBIGUOUS."""
+    if pair.status != "ok":
+        return pair
+    head = dataclasses.replace(
+        pair.head,
+        samples_ns=tuple((1 + MARGIN) * s for s in pair.base.samples_ns),
+        sm_clock_mhz=pair.base.sm_clock_mhz,
+        throttled=pair.base.throttled,
+        summary=dataclasses.replace(
+            pair.base.summary,
+            **{
+                f.name: (1 + MARGIN) * getattr(pair.base.summary, f.name)
+                for f in dataclasses.fields(pair.base.summary)
+                if f.name.endswith("_ns")
+            },
+        ),
+    )
+    return dataclasses.replace(pair, head=head)
+
+
+def test_pr_check_settles_an_inconclusive_case_before_it_answers(
+    demo, environment, tmp_path, monkeypatch
+):
+    """Issue 48: the kernel of a case the A/B left AMBIGUOUS is timed again with twice the
+    samples before the comment is written, and a case still inconclusive after the last round
+    ends the check with an outcome of its own, 3 (the workflow exits with it), never 0: the
+    comment said "inconclusive, none slower" with outcome 0 before."""
+    made, _, config = demo
+    settling = tmp_path / "pr.toml"
+    settling.write_text(config.read_text() + "\n[pr]\nmax_rounds = 1\n")
+    environment(settling)
+    asked = []
+    real = tasks.ab
+
+    def ab(repo, base, head, kernels, options, *args, **kwargs):
+        asked.append((tuple(kernels), options.min_samples, options.budget_s))
+        return [
+            _on_the_margin(p) for p in real(repo, base, head, kernels, options, *args, **kwargs)
+        ]
+
+    monkeypatch.setattr(tasks, "ab", ab)
+    out = tmp_path / "margin"
+    result = pr_check(base=made.nights[0][1], head=made.nights[1][1], out_dir=str(out))
+    assert result.outcome == 3, result
+    (first, again) = asked
+    assert again == (first[0], 2 * first[1], 2 * first[2])  # the same kernel, twice the samples
+    marker, headline = Path(result.comment).read_text().splitlines()[:2]
+    assert marker == "<!-- kernelwatch:pr-check outcome=3 -->"
+    assert "inconclusive, none slower" in headline and "no regression" not in headline
+    assert "still inconclusive after the last round" in Path(result.comment).read_text()
+
+
 def test_crashing_hanging_and_nan_kernels_fail_alone(
     tmp_path, environment, database, planted_suite_path
 ):
@@ -364,7 +418,7 @@ def test_a_bisection_that_cannot_run_is_reported_and_the_night_still_ends(
 
     import kernelwatch.flows.nightly as nightly_module
     from kernelwatch.flows.detection import PassReport
-    from kernelwatch.harness.worktree import RevisionError
+    from kernelwatch.harness.isolation.worktree import RevisionError
 
     @task
     def detect_opens_one(repository, config):

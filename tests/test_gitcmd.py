@@ -1,4 +1,4 @@
-"""Every git command kernelwatch runs goes through ``harness/gitcmd.py``, and none of them
+"""Every git command kernelwatch runs goes through ``harness/isolation/gitcmd.py``, and none of them
 lets the repository run a program: not its hooks (nor a template's), not an fsmonitor or a
 filter driver its own configuration names. The programs planted here write a marker file;
 the marker must never appear."""
@@ -14,12 +14,12 @@ from gitrepo import git
 from kernelwatch.config.settings import RepositoryConfig
 from kernelwatch.flows.demo_repo import make_demo_repo
 from kernelwatch.flows.repos import commit_info, commits_between, sync
-from kernelwatch.harness import gitcmd
+from kernelwatch.harness.isolation import gitcmd
+from kernelwatch.harness.isolation.worktree import checkout, resolve
 from kernelwatch.harness.suite import revision_of, source_of
-from kernelwatch.harness.worktree import checkout, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-GIT_MODULE = ROOT / "harness" / "gitcmd.py"
+GIT_MODULE = ROOT / "harness" / "isolation" / "gitcmd.py"
 HOOKS = ("post-checkout", "pre-commit", "post-commit", "reference-transaction")
 
 
@@ -153,5 +153,5 @@ def test_no_product_module_but_the_git_module_runs_git():
     modules = [m for package in packages for m in sorted(package.rglob("*.py"))]
     assert GIT_MODULE in modules
     wrong = [where for m in modules if m != GIT_MODULE for where in _git_commands(m)]
-    assert not wrong, "run git through kernelwatch.harness.gitcmd:\n" + "\n".join(wrong)
+    assert not wrong, "run git through kernelwatch.harness.isolation.gitcmd:\n" + "\n".join(wrong)
     assert _git_commands(GIT_MODULE), "the git module no longer runs git the way this scans"

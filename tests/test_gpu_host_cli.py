@@ -46,7 +46,7 @@ BLOCKER = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def blocked_env(tmp_path_factory) -> dict[str, str]:
-    """An environment whose Python processes (the runner child included: it inherits
+    """An environment whose Python processes (the kernel child included: it inherits
     ``PYTHONPATH``) cannot import what the GPU hosts' image lacks."""
     site = tmp_path_factory.mktemp("blocked-site")
     (site / "sitecustomize.py").write_text(BLOCKER)
@@ -150,7 +150,7 @@ def _alive(pid: int) -> bool:
 
 
 def _descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (the runner child and whatever sandbox wraps it)."""
+    """Every process below ``pid`` (the kernel child and whatever sandbox wraps it)."""
     parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -167,7 +167,7 @@ def _descendants(pid: int) -> set[int]:
 
 @pytest.mark.parametrize("command", ["check", "bench"])
 def test_sigterm_ends_the_runner_child_and_keeps_what_was_measured(command, tmp_path):
-    """``timeout`` sends SIGTERM to the command, not to the runner child, which leads its
+    """``timeout`` sends SIGTERM to the command, not to the kernel child, which leads its
     own process group: the command must end it, and the case measured before stays on
     stdout."""
     suite = tmp_path / "stopper_suite.py"
@@ -201,7 +201,7 @@ def test_sigterm_ends_the_runner_child_and_keeps_what_was_measured(command, tmp_
     survivors = [pid for pid in children if _alive(pid)]
     for pid in survivors:  # do not leave them sleeping on the machine
         os.kill(pid, signal.SIGKILL)
-    assert not survivors, "the runner child outlived the command"
+    assert not survivors, "the kernel child outlived the command"
     assert proc.returncode == 128 + signal.SIGTERM, err.read_text()
     assert "Traceback" not in err.read_text()
     kept = [json.loads(line) for line in out.read_text().splitlines()]

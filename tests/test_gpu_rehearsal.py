@@ -134,18 +134,18 @@ def test_the_image_venv_has_the_hosts_packages_and_none_of_the_platforms(image):
 
 def test_the_simulation_stays_out_of_every_process_but_the_runner():
     """The self-check's parent must not import torch: the simulated GPU is installed only in
-    a runner child, which the jail's command line names too (as the command it executes)."""
+    a kernel child, which the jail's command line names too (as the command it executes)."""
     spec = importlib.util.spec_from_file_location("gpusim_site", GPUSIM / "sitecustomize.py")
     assert spec is not None and spec.loader is not None
     gpusim = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpusim)
-    runner = [sys.executable, "-m", "kernelwatch.harness.runner"]
+    runner = [sys.executable, "-m", "kernelwatch.harness.isolation.kernel_child"]
     assert gpusim.is_runner(runner)
     assert not gpusim.is_runner(
-        [sys.executable, "-m", "kernelwatch.harness.jail", "{}", "--", *runner]
+        [sys.executable, "-m", "kernelwatch.harness.isolation.jail", "{}", "--", *runner]
     )
     parent = subprocess.run(
-        [sys.executable, "-c", "import sys, kernelwatch.harness.selfcheck_stages\n"
+        [sys.executable, "-c", "import sys, kernelwatch.harness.selfcheck.stages\n"
          "print(sorted({'torch', 'fakegpu', 'pynvml'} & set(sys.modules)))"],
         env={**os.environ, "PYTHONPATH": str(GPUSIM)},
         capture_output=True,

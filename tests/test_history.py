@@ -8,8 +8,8 @@ import numpy as np
 from factories import measurement
 
 from kernelwatch.analysis.changepoints import detect
-from kernelwatch.analysis.confirm import confirm_on_samples
 from kernelwatch.analysis.record_changes import detect_measurements
+from kernelwatch.analysis.shift_test import confirm_on_samples
 from kernelwatch.analysis.thresholds import DetectorConfig
 
 

@@ -25,10 +25,10 @@ import pytest
 from kernelwatch.harness.distributed import trees
 from kernelwatch.harness.distributed.nodes import Nodes
 from kernelwatch.harness.distributed.ranks import Ranks
+from kernelwatch.harness.isolation.supervise import CheckRequest, run_checks
 from kernelwatch.harness.records import DeviceInfo, SoftwareInfo
 from kernelwatch.harness.spec import World
 from kernelwatch.harness.suite import SuiteRef, Task
-from kernelwatch.harness.supervise import CheckRequest, run_checks
 
 PLANTED = Path(__file__).parent / "planted" / "multinode_ranks.py"
 #: As the pods' kernelwatch-secrets would be (tests/planted/multinode_ranks.py's SECRET).
@@ -226,7 +226,7 @@ def test_checkouts_travel_to_the_other_nodes_and_hostile_trees_are_refused(tmp_p
 
 
 def test_the_ranks_see_the_layout_and_the_nccl_and_gloo_settings_but_no_secret(tmp_path):
-    from kernelwatch.harness.sandbox import child_env
+    from kernelwatch.harness.isolation.sandbox import child_env
 
     settings = {"NCCL_ALGO": "Ring", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5_0",
                 "GLOO_SOCKET_IFNAME": "eth0"}  # fmt: skip

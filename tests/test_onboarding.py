@@ -324,6 +324,10 @@ def test_a_library_that_registers_at_import_is_compared_side_by_side(
     config.write_text(
         f'[[repositories]]\nname = "kwreg"\nsource = "{repo}"\nsuite = "{SUITE}"\n'
         f'archs = []\n\n[run]\nreport_dir = "{tmp_path / "reports"}"\n'
+        # Timed as the other flow tests time (the child's CPU time, a 50% margin): identical
+        # code is SAME, where the 1% default on this CPU left it inconclusive (outcome 3).
+        '\n[bench]\ntimer = "cpu-process-time"\nbaseline = false\nbudget_s = 0.3\n'
+        "\n[verdict]\nmargin = 0.5\n"
     )
     monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
     monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)

@@ -1,6 +1,6 @@
 """Untrusted code runs where nothing is worth taking (issue 29): with ``KERNELWATCH_RUNNER_DIR``
 set, the trusted side's children run in a separate runner (``kernelwatch runner serve``,
-harness/remote.py) that holds no secret, through a proxy that ``child.py`` and
+harness/isolation/remote.py) that holds no secret, through a proxy that ``child.py`` and
 ``supervise.py`` read exactly as a local child. Checked with a real daemon on temporary
 exchange directories and the real ``kernelwatch check`` of the planted broken suite."""
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.harness import remote
-from kernelwatch.harness.exchange import RUNNER_ENV, proxy_command, trees_dir
-from kernelwatch.harness.sandbox import sandbox
+from kernelwatch.harness.isolation import remote
+from kernelwatch.harness.isolation.exchange import RUNNER_ENV, proxy_command, trees_dir
+from kernelwatch.harness.isolation.sandbox import sandbox
 
 KERNELWATCH = Path(sys.executable).with_name("kernelwatch")
 #: The planted cases a check runs both ways: a pass, a wrong result, a raise, a segfault (the
@@ -100,7 +100,11 @@ def test_a_check_through_the_runner_gives_the_local_verdicts(
     assert _verdicts(remote_run) == _verdicts(local)
     # The children ran in the runner: the first died in the segfault (SIGSEGV), a fresh one
     # resumed and hung, and was killed there when the supervisor killed its proxy.
-    ran = [line for line in log.read_text().splitlines() if "kernelwatch.harness.runner" in line]
+    ran = [
+        line
+        for line in log.read_text().splitlines()
+        if "kernelwatch.harness.isolation.kernel_child" in line
+    ]
     assert [line.rsplit(" ", 1)[-1] for line in ran[-2:]] == ["-11", "-9"], log.read_text()
     # Nothing is left on the exchange: each proxy removed its request, the runner its result.
     time.sleep(1)
@@ -142,8 +146,8 @@ def _proxy(exchange: Path, argv: list[str], **kwargs) -> subprocess.Popen[bytes]
 def test_a_hanging_child_is_killed_through_the_proxy(runner):
     exchange, log = runner
     before = log.read_text().count("ended with")
-    # The runner child waits for its plan on stdin: held open, it hangs.
-    proc = _proxy(exchange, [sys.executable, "-m", "kernelwatch.harness.runner"])
+    # The kernel child waits for its plan on stdin: held open, it hangs.
+    proc = _proxy(exchange, [sys.executable, "-m", "kernelwatch.harness.isolation.kernel_child"])
     deadline = time.monotonic() + 60
     while not list((exchange / "results").iterdir()):
         assert time.monotonic() < deadline, "the runner took no job"
@@ -167,8 +171,8 @@ def test_an_argv_outside_the_entry_points_is_refused(runner):
     for argv in (
         ["/bin/sh", "-c", f"touch {planted}"],
         [sys.executable, "-c", f"open({str(planted)!r}, 'w')"],
-        [sys.executable, "-m", "kernelwatch.harness.runner", "--extra"],
-        ["strace", sys.executable, "-m", "kernelwatch.harness.runner"],
+        [sys.executable, "-m", "kernelwatch.harness.isolation.kernel_child", "--extra"],
+        ["strace", sys.executable, "-m", "kernelwatch.harness.isolation.kernel_child"],
     ):
         proc = _proxy(exchange, argv)
         out, err = proc.communicate(timeout=60)
@@ -262,9 +266,14 @@ def test_the_trusted_side_starts_only_proxies_and_stages_suites_on_the_exchange(
     monkeypatch.setenv(RUNNER_ENV, str(exchange))
     try:
         with sandbox() as box:
-            argv = [sys.executable, "-m", "kernelwatch.harness.runner"]
+            argv = [sys.executable, "-m", "kernelwatch.harness.isolation.kernel_child"]
             command = box.command(argv)
-            assert command[:4] == [sys.executable, "-m", "kernelwatch.harness.remote", "proxy"]
+            assert command[:4] == [
+                sys.executable,
+                "-m",
+                "kernelwatch.harness.isolation.remote",
+                "proxy",
+            ]
             assert command[-3:] == argv and "jail" not in " ".join(command)
             assert box.root.parent == trees_dir(exchange)
             staged = Path(box.suite(SuiteRef(str(planted_suite_path))).target)
@@ -300,7 +309,7 @@ def _serve_one(runner: remote.Runner, exchange: Path, spec: dict) -> Path:
 def test_without_namespaces_only_a_checked_runner_runs_untrusted_code(monkeypatch, checked):
     """The shipped capability set makes no namespace: a sandbox refuses untrusted code then,
     unless the process was checked to hold nothing worth taking (as ``serve`` does)."""
-    from kernelwatch.harness import sandbox as sandbox_module
+    from kernelwatch.harness.isolation import sandbox as sandbox_module
 
     monkeypatch.setattr(sandbox_module, "namespaces_available", lambda: False)
     # As a runner that is not root (this test's Python lives under root's private home,

@@ -333,6 +333,8 @@ def test_an_ambiguous_case_is_said_in_the_headline_never_under_no_regression():
     head = {"case-0": 1010.0, "case-1": 1000.0}  # the first exactly at the 1% margin
     c = compare_runs(_side(_header("a" * 40), base, 1), _side(_header("b" * 40), head, 2))
     assert [x.verdict_name for x in c.cases] == ["AMBIGUOUS", "SAME"]
-    headline = pr_comment(c).splitlines()[1]
+    marker, headline = pr_comment(c).splitlines()[:2]
     assert "no regression" not in headline and "✅" not in headline
     assert headline == "### ⚠️ kernelwatch: 1 case inconclusive, none slower"
+    # its own outcome, which the workflow exits with: never 0, never a regression's 1
+    assert c.outcome == 3 and marker == "<!-- kernelwatch:pr-check outcome=3 -->"

@@ -1,4 +1,4 @@
-"""How the runner child turns a plan into cases and launch configs: the self-check's A/A
+"""How the kernel child turns a plan into cases and launch configs: the self-check's A/A
 stage takes a few cases per kernel, and its bf16 check launches the pinned configs instead
 of autotuning every config at smoke shapes."""
 
@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 from factories import SOFTWARE
 
-from kernelwatch.harness import correctness, runner
+from kernelwatch.harness import correctness
 from kernelwatch.harness.device import select_device
+from kernelwatch.harness.isolation import kernel_child as runner
 from kernelwatch.harness.records import LaunchConfig
 from kernelwatch.harness.suite import SuiteRef, Task, load_suite, select_tasks, spread
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.harness import sandbox as sandbox_module
-from kernelwatch.harness.sandbox import SandboxError, held_sandbox, sandbox
+from kernelwatch.harness.isolation import sandbox as sandbox_module
+from kernelwatch.harness.isolation.sandbox import SandboxError, held_sandbox, sandbox
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user is created as root")
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.harness.channel import Forged, Reader, Writer, new_key
 from kernelwatch.harness.cuda_kernel import CUBIN_DIR_ENV
-from kernelwatch.harness.sandbox import child_env, namespaces_available
+from kernelwatch.harness.isolation.channel import Forged, Reader, Writer, new_key
+from kernelwatch.harness.isolation.sandbox import child_env, namespaces_available
+from kernelwatch.harness.isolation.supervise import CheckRequest, run_checks
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.harness.supervise import CheckRequest, run_checks
 
 HOSTILE = Path(__file__).parent / "planted" / "hostile_suite.py"
 SECRETS = {
@@ -186,14 +186,15 @@ def test_sandbox_setup_error_is_one_line_not_a_traceback(kernelwatch_cli, monkey
 def test_the_child_is_given_the_folder_kernelwatch_itself_is_imported_from(tmp_path):
     """An editable install imports kernelwatch from its checkout through a finder, not from
     ``sys.path``: in a checkout under a private folder (a fresh clone in ``mktemp -d``) the
-    sandbox user could not import ``kernelwatch.harness.runner`` unless that folder is
-    exposed too. Asked of a fresh interpreter elsewhere, as the ``kernelwatch`` command is
+    sandbox user could not import ``kernelwatch.harness.isolation.kernel_child`` unless that
+    folder is exposed too. Asked of a fresh interpreter elsewhere, as the ``kernelwatch`` command is
     (``python -m pytest`` has the checkout on ``sys.path`` by chance)."""
     import kernelwatch.harness
 
     home = Path(kernelwatch.harness.__file__).resolve().parent.parent
     probe = (
-        "from kernelwatch.harness.sandbox import _python_dirs; print(*_python_dirs(), sep='\\n')"
+        "from kernelwatch.harness.isolation.sandbox import _python_dirs; "
+        "print(*_python_dirs(), sep='\\n')"
     )
     dirs = subprocess.run(
         [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True

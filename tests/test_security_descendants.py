@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.harness.child import STDERR_CAP, STDERR_TAIL, kill, spawn, tail, wait
-from kernelwatch.harness.sandbox import Sandbox, sandbox
+from kernelwatch.harness.isolation.child import STDERR_CAP, STDERR_TAIL, kill, spawn, tail, wait
+from kernelwatch.harness.isolation.sandbox import Sandbox, sandbox
+from kernelwatch.harness.isolation.supervise import CheckRequest, run_checks
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.harness.supervise import CheckRequest, run_checks
 
 ESCAPE = Path(__file__).parent / "planted" / "escape_suite.py"
 #: A shell command that leaves a ``sleep 300`` in a session of its own, writes its pid to
@@ -149,7 +149,7 @@ def test_a_child_sees_no_other_runs_directory_or_process():
     import subprocess
     import sys
 
-    from kernelwatch.harness.sandbox import namespaces_available
+    from kernelwatch.harness.isolation.sandbox import namespaces_available
 
     if not namespaces_available():
         pytest.skip("no namespaces here: untrusted code is refused instead")
@@ -179,8 +179,8 @@ def test_an_endless_line_on_the_result_channel_is_refused_not_buffered(monkeypat
     parent a bounded read, not its memory."""
     import io
 
-    from kernelwatch.harness import child as child_module
-    from kernelwatch.harness.channel import Forged, Reader, new_key
+    from kernelwatch.harness.isolation import child as child_module
+    from kernelwatch.harness.isolation.channel import Forged, Reader, new_key
 
     monkeypatch.setattr(child_module, "MAX_LINE", 1024)
     items = child_module.event_queue(io.BytesIO(b"x" * 10_000), Reader(new_key()))

@@ -28,7 +28,7 @@ ROOT = Path(__file__).parent.parent
 INFRA = ROOT / "infra"
 COMPOSE = INFRA / "compose.yaml"
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
-#: What the sandbox needs of a root worker (harness/sandbox.py, harness/jail.py): chown its
+#: What the sandbox needs of a root worker (harness/isolation/sandbox.py and jail.py): chown its
 #: directory to the sandbox user, drop to that user, end a hung child, remove what it wrote.
 SANDBOX_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
 
@@ -131,7 +131,8 @@ def test_worker_image_context_excludes_env_secrets_and_config(tmp_path):
     # over it for that Dockerfile.
     assert ignore_files == [".dockerignore"], ignore_files
     planted = ["infra/.env", "infra/secrets/db_owner_password", "infra/config/kernelwatch.toml",
-               ".env", "harness/runner.py", "infra/docker/env-from-secrets.sh"]  # fmt: skip
+               ".env", "harness/isolation/kernel_child.py",
+               "infra/docker/env-from-secrets.sh"]  # fmt: skip
     for relative in planted:
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("x")
@@ -141,7 +142,7 @@ def test_worker_image_context_excludes_env_secrets_and_config(tmp_path):
         if line.strip() and not line.startswith("#")
     ]
     context = set(exclude_paths(str(tmp_path), patterns))
-    assert {"harness/runner.py", "infra/docker/env-from-secrets.sh"} <= context
+    assert {"harness/isolation/kernel_child.py", "infra/docker/env-from-secrets.sh"} <= context
     for secret in planted[:4]:
         assert secret not in context, secret
     dockerfile = (INFRA / "docker" / "Dockerfile").read_text()
@@ -291,7 +292,7 @@ def test_worker_and_jobs_keep_only_the_sandbox_capabilities_and_never_run_kernel
 _SANDBOXED_CHILD = """
 import os, shutil, signal, subprocess, tempfile
 from pathlib import Path
-from kernelwatch.harness.sandbox import Sandbox, _give, leased_identity
+from kernelwatch.harness.isolation.sandbox import Sandbox, _give, leased_identity
 lease = leased_identity()
 identity = lease.__enter__()
 root = Path(tempfile.mkdtemp(prefix="kw-caps-"))
@@ -360,7 +361,8 @@ def test_kubernetes_jobs_reach_only_the_database_prefect_dns_and_public_https():
 
 RUNNER_DIR = "KERNELWATCH_RUNNER_DIR"
 EXCHANGE = "/var/lib/kernelwatch/exchange"
-#: The names secrets go by (harness/sandbox.py's ``SECRET_NAME``, which the runner refuses).
+#: The names secrets go by (harness/isolation/sandbox.py's ``SECRET_NAME``, which the runner
+#: refuses).
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|DSN", re.IGNORECASE)
 
 
@@ -414,7 +416,7 @@ def test_every_place_kernel_code_runs_has_an_init_and_room_beyond_one_jobs_proce
     """Issue 46: without an init, a job's orphans stay zombies of `kernelwatch runner serve`
     (PID 1, which reaps only its own children) and fill the pid table; a job's process
     limit above its container's let one fork bomb stop every other job from forking."""
-    from kernelwatch.harness.jail import PROCESS_LIMIT
+    from kernelwatch.harness.isolation.jail import PROCESS_LIMIT
 
     runner = _compose()["services"]["runner-h100"]
     assert runner["init"] is True

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.harness import jail
-from kernelwatch.harness import sandbox as sandbox_module
-from kernelwatch.harness.child import spawn, tail, wait
-from kernelwatch.harness.sandbox import Sandbox, leased_identity
+from kernelwatch.harness.isolation import jail
+from kernelwatch.harness.isolation import sandbox as sandbox_module
+from kernelwatch.harness.isolation.child import spawn, tail, wait
+from kernelwatch.harness.isolation.sandbox import Sandbox, leased_identity
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="leased uids need root")
 
@@ -115,7 +115,7 @@ class SmallBox(Sandbox):
 
     def command(self, argv: list[str], own_pids: bool = True) -> list[str]:
         command = super().command(argv, own_pids)
-        at = command.index("kernelwatch.harness.jail") + 1
+        at = command.index("kernelwatch.harness.isolation.jail") + 1
         command[at] = json.dumps({**json.loads(command[at]), "nproc": BOMB_LIMIT})
         return command
 
@@ -182,7 +182,7 @@ def test_a_lease_ends_what_a_holder_killed_outright_left_behind(monkeypatch):
     children stay. The next lease of that uid ends them before its own children start."""
     script = (
         "import subprocess, time\n"
-        "from kernelwatch.harness.sandbox import leased_identity\n"
+        "from kernelwatch.harness.isolation.sandbox import leased_identity\n"
         "with leased_identity() as who:\n"
         "    left = subprocess.Popen(['sleep', '300'], user=who.uid, group=who.gid,\n"
         "                            extra_groups=[], start_new_session=True)\n"
@@ -212,7 +212,7 @@ def test_a_job_cannot_read_another_jobs_plan_key_or_results():
     ``job.json`` and ``stdin`` 0644: another job's plan and channel key) and other jobs'
     live results. Now each job's request and results are its requester's and the runner's
     only; a job's child (another leased uid) is refused both."""
-    from kernelwatch.harness import remote
+    from kernelwatch.harness.isolation import remote
 
     exchange = Path(tempfile.mkdtemp(prefix="kw-exchange-"))
     try:

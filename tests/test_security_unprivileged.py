@@ -43,7 +43,7 @@ pytestmark = pytest.mark.skipif(
 _PARENT = """
 import json, sys
 from kernelwatch.harness.suite import SuiteRef
-from kernelwatch.harness.supervise import CheckRequest, run_checks
+from kernelwatch.harness.isolation.supervise import CheckRequest, run_checks
 for record in run_checks(CheckRequest(SuiteRef(sys.argv[1]), case_timeout_s=120)):
     print(json.dumps({"kernel": record.case.kernel, "verdict": record.verdict,
                       "reason": record.reason}))
@@ -277,7 +277,7 @@ def _left_behind() -> list[str]:
     build, say), whose processes are alive by right."""
     import fcntl
 
-    from kernelwatch.harness import sandbox
+    from kernelwatch.harness.isolation import sandbox
 
     left = []
     for uid in sandbox.UID_POOL:

@@ -19,21 +19,21 @@ from kernelwatch.analysis import trust
 from kernelwatch.cli.selfcheck import run_selfcheck_stages
 from kernelwatch.harness.correctness import check_case
 from kernelwatch.harness.device import Device
+from kernelwatch.harness.isolation.kernel_child import finite
+from kernelwatch.harness.isolation.supervise import BenchRequest, CheckRequest
 from kernelwatch.harness.records import (
     CorrectnessResult,
     DeviceInfo,
     Measurement,
     SoftwareInfo,
 )
-from kernelwatch.harness.runner import finite
-from kernelwatch.harness.selfcheck_stages import SelfcheckPlan, gpu_slug, parse_ncu_durations
+from kernelwatch.harness.selfcheck.measure import TRACE_STEPS, Tools, run_measurements
+from kernelwatch.harness.selfcheck.stages import SelfcheckPlan, gpu_slug, parse_ncu_durations
 from kernelwatch.harness.spec import Suite
 from kernelwatch.harness.suite import select_tasks
-from kernelwatch.harness.supervise import BenchRequest, CheckRequest
 from kernelwatch.harness.timing.case import BenchSession
 from kernelwatch.harness.timing.ceilings import CeilingLaunches
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
-from kernelwatch.harness.timing.selfcheck import TRACE_STEPS, Tools, run_measurements
 from kernelwatch.harness.timing.telemetry import open_probe
 from kernelwatch.harness.timing.timers import COLD, EVENTS_TIMER, GRAPH_TIMER, WARM, CudaTimer
 
@@ -63,7 +63,7 @@ def suite(gpu: FakeGpu) -> Suite:
 
 class SimulatedBackend:
     """The self-check's stages in-process on the simulated GPU, through the same functions
-    the runner child calls."""
+    the kernel child calls."""
 
     def __init__(self, gpu: FakeGpu, ncu: bool = False, pair_s: float = 0.0, **tools: Any) -> None:
         self.gpu = gpu

@@ -11,9 +11,9 @@ from fakegpu import FakeGpu, doubling_spec
 
 from kernelwatch.harness.device import Device
 from kernelwatch.harness.records import DeviceInfo, SoftwareInfo
+from kernelwatch.harness.selfcheck.measure import Tools, run_measurements
 from kernelwatch.harness.spec import Suite
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
-from kernelwatch.harness.timing.selfcheck import Tools, run_measurements
 from kernelwatch.harness.timing.telemetry import open_probe
 from kernelwatch.harness.timing.timers import COLD, EVENTS_TIMER, CpuTimer, CudaTimer, Timer
 

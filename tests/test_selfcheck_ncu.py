@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.harness.selfcheck_stages import ChildBackend, SelfcheckPlan
-from kernelwatch.harness.supervise import SuiteError
+from kernelwatch.harness.isolation.supervise import SuiteError
+from kernelwatch.harness.selfcheck.stages import ChildBackend, SelfcheckPlan
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
 
 #: The fake profiler: ncu's options up to ``--launch-count N``, then the wrapped command.

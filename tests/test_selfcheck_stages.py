@@ -1,4 +1,4 @@
-"""The self-check's scheduler and report folder (``harness/selfcheck_stages.py``) on their own:
+"""The self-check's scheduler and report folder (``harness/selfcheck/stages.py``) on their own:
 a scripted backend on a manual clock, whose stages take the seconds they are given whatever
 their deadline, and a recording judging in place of ``analysis/trust.py``'s.
 ``test_selfcheck.py`` runs the same scheduler end to end on a simulated GPU."""
@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from factories import CASE, correctness, measurement
 
+from kernelwatch.harness.isolation.supervise import BenchRequest, CheckRequest, SuiteError
 from kernelwatch.harness.records import CorrectnessResult, Measurement
-from kernelwatch.harness.selfcheck_stages import (
+from kernelwatch.harness.selfcheck.stages import (
     MIN_STAGE_S,
     STAGES,
     Judging,
@@ -26,7 +27,6 @@ from kernelwatch.harness.selfcheck_stages import (
     parse_ncu_durations,
     run_stages,
 )
-from kernelwatch.harness.supervise import BenchRequest, CheckRequest, SuiteError
 
 START = 1000.0
 DAY = date(2025, 1, 2)

@@ -139,7 +139,7 @@ def test_side_b_never_sees_the_stand_ins_side_a_installed(tmp_path):
     """Issue 33: a suite that stubs a missing optional dependency the way libraries do
     (``find_spec`` first, then a module object in ``sys.modules``). Side A's stub outlived its
     checkout, and B's ``find_spec`` raised "ValueError: kw_heavy_dep.__spec__ is None"."""
-    from kernelwatch.harness.runner import load_suites
+    from kernelwatch.harness.isolation.kernel_child import load_suites
 
     refs = {}
     for side in ("a", "b"):

@@ -23,9 +23,17 @@ from typing import Any
 
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS
 from kernelwatch.harness.build.cache import BuildCache
-from kernelwatch.harness.child import check_stopped, death, kill, spawn, stop_requested, tail, wait
+from kernelwatch.harness.isolation.child import (
+    check_stopped,
+    death,
+    kill,
+    spawn,
+    stop_requested,
+    tail,
+    wait,
+)
+from kernelwatch.harness.isolation.sandbox import Sandbox, sandbox
 from kernelwatch.harness.records import BuildMetrics, RecordError
-from kernelwatch.harness.sandbox import Sandbox, sandbox
 from kernelwatch.harness.suite import SuiteRef
 
 #: The workload whose shapes decide the specialisation (a spec without it uses its first).

@@ -1,7 +1,7 @@
 """The child process of the build stage: ``python -m kernelwatch.harness.build.worker``.
 
-Kernel code is imported only here, as in ``runner.py``: an import error, a compiler crash or
-a hang costs this process, and the parent (``stage.py``) records it.
+Kernel code is imported only here, as in ``isolation/kernel_child.py``: an import error, a
+compiler crash or a hang costs this process, and the parent (``stage.py``) records it.
 
 Protocol: a JSON plan on stdin (``BuildRequest.plan``); JSON lines on stdout:
 ``{"event": "plan", "suite": NAME, "tasks": N}``, then for each task this worker owns
@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kernelwatch.harness.isolation.kernel_child import EXIT_FATAL, Emit, open_channel
 from kernelwatch.harness.records import BuildMetrics
-from kernelwatch.harness.runner import EXIT_FATAL, Emit, open_channel
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteLoadError, SuiteRef, load_suite
 
 

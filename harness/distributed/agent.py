@@ -3,7 +3,7 @@ COMMAND...``, the entry point of every pod of a multi-node pool's indexed Job
 (infra/k8s/multi-node/).
 
 On pod 0 (``NODE_RANK`` 0, or a single node) it executes ``COMMAND``: the flow run, whose
-runner child coordinates each case's ranks (``ranks.py``). On the other pods it serves that
+kernel child coordinates each case's ranks (``ranks.py``). On the other pods it serves that
 coordinator: it connects to pod 0 on ``MASTER_PORT + 1`` (retrying while pod 0 starts or
 between its runs), says which node it is, receives the suites' checkouts (``trees.py``) and
 the global ranks to start, and starts them here (``rank.py``, local rank = global rank
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kernelwatch.harness.distributed.nodes import Nodes
-from kernelwatch.harness.sandbox import Sandbox, SandboxError, sandbox
+from kernelwatch.harness.isolation.sandbox import Sandbox, SandboxError, sandbox
 
 # The rank protocol's helpers (ranks.py) import torch: only the other nodes' agents load
 # them, so pod 0 starts the flow run without that second.
@@ -155,8 +155,8 @@ def _start_rank(rank: int, box: Sandbox, link: _Link) -> subprocess.Popen[bytes]
     )
 
     def relay(stream: IO[bytes]) -> None:
-        from kernelwatch.harness.child import tail
         from kernelwatch.harness.distributed.ranks import decode_line
+        from kernelwatch.harness.isolation.child import tail
 
         for line in iter(stream.readline, b""):
             event = decode_line(line)

@@ -3,7 +3,7 @@ environment a multi-node pool's indexed Job gives every pod (infra/k8s/multi-nod
 ``MASTER_ADDR`` (pod 0's stable DNS name), ``MASTER_PORT`` (torch.distributed's rendezvous,
 which global rank 0 hosts), ``NODE_RANK`` (the pod's completion index) and ``NNODES``.
 
-Pod 0 runs the flow and its runner child, which coordinates every case's ranks; the node
+Pod 0 runs the flow and its kernel child, which coordinates every case's ranks; the node
 agents of the other pods (``agent.py``) connect to it on ``MASTER_PORT + 1``.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: The variables that place a process in a multi-node world; passed into the sandbox (they
-#: are addresses, not secrets) so pod 0's runner child knows the world it coordinates.
+#: are addresses, not secrets) so pod 0's kernel child knows the world it coordinates.
 ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES")
 #: The coordinator listens for the node agents one port above the rendezvous.
 AGENT_PORT_OFFSET = 1

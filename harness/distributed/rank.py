@@ -1,6 +1,6 @@
 """One rank of a distributed case: ``python -m kernelwatch.harness.distributed.rank``.
 
-Started by the runner child's :class:`~kernelwatch.harness.distributed.ranks.Ranks`, as
+Started by the kernel child's :class:`~kernelwatch.harness.distributed.ranks.Ranks`, as
 many as the plan's largest world, and kept for every case: a smaller world's case runs on
 the first ranks, in process groups of their own, while the others answer at once.
 
@@ -38,7 +38,7 @@ PEER_FAILURE = re.compile(
 
 def main() -> int:
     """Join the world, then run commands until ``exit`` or the end of stdin."""
-    from kernelwatch.harness.runner import private_stdout
+    from kernelwatch.harness.isolation.kernel_child import private_stdout
 
     protocol = private_stdout()
     faulthandler.enable()
@@ -73,7 +73,7 @@ def _join(hello: dict[str, Any], device: Any) -> dict[str, Any]:
     from kernelwatch.harness.device import software_info
     from kernelwatch.harness.distributed.rank_case import Timing
     from kernelwatch.harness.distributed.world import rank_info
-    from kernelwatch.harness.runner import load_suites
+    from kernelwatch.harness.isolation.kernel_child import load_suites
     from kernelwatch.harness.spec import World
     from kernelwatch.harness.timing.request import BenchOptions
     from kernelwatch.harness.timing.telemetry import NullProbe, open_probe

@@ -1,7 +1,7 @@
-"""The runner child's side of distributed cases: start a world's ranks, hand them each case,
+"""The kernel child's side of distributed cases: start a world's ranks, hand them each case,
 and turn what they report (or fail to) into the case's record.
 
-Ranks are processes of the runner child's process group, so whatever kills the child (the
+Ranks are processes of the kernel child's process group, so whatever kills the child (the
 supervisor's case timeout) kills them too. One set of ranks serves every case of its world
 size; after any failure it is killed and the next case of that world starts a fresh one.
 A rank that raises or dies ends the case at once, recorded against that rank; the ranks
@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from kernelwatch.harness.child import STDERR_TAIL, death
 from kernelwatch.harness.distributed import trees
 from kernelwatch.harness.distributed.nodes import Nodes
+from kernelwatch.harness.isolation.child import STDERR_TAIL, death
 from kernelwatch.harness.records import (
     ABMeasurement,
     CaseId,
@@ -91,7 +91,7 @@ class _Rank(ABC):
 
 
 class _LocalRank(_Rank):
-    """A rank process of this runner child."""
+    """A rank process of this kernel child."""
 
     def __init__(self, proc: subprocess.Popen[bytes], stderr: IO[bytes]) -> None:
         super().__init__(node=0)
@@ -110,7 +110,7 @@ class _LocalRank(_Rank):
         return death(self.proc.wait())
 
     def tail(self) -> str:
-        from kernelwatch.harness.child import tail
+        from kernelwatch.harness.isolation.child import tail
 
         return "" if self.stderr.closed else tail(self.stderr)
 
@@ -178,7 +178,7 @@ class _World:
 
 @dataclass
 class Ranks:
-    """The worlds of one runner child; ``run(op, task, suite)`` returns the task's record.
+    """The worlds of one kernel child; ``run(op, task, suite)`` returns the task's record.
 
     ``plan`` is the runner's plan (suites, seed, bench options, case timeout); ``device``,
     ``software`` and ``method`` fill the records the ranks could not make; ``starting``

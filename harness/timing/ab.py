@@ -1,13 +1,13 @@
 """Time one case at two commits interleaved.
 
-:class:`ABArm` is one side of a pair in a process of its own (the runner's ``arm`` mode,
-driven by ``harness/ab_sides.py`` in the parent): the commit under test is untrusted, and a
-head that shared the base's process could patch what the base's launches and timer run
-(``gc``, ``object.__setattr__``, Triton's launcher) and slow only those. Per case: fresh
-seeded inputs of its own suite; one launch that fixes its config, whose outputs must be
-finite (a NaN or Inf output is that case's error, as the correctness check would call it);
-a warm-up; blocks of samples when the parent asks, which alternates the two sides'
-blocks under one stopping rule; then its :class:`Measurement`, built by ``bench``'s
+:class:`ABArm` is one side of a pair in a process of its own (the kernel child's ``arm`` mode,
+driven by ``harness/isolation/ab_sides.py`` in the parent): the commit under test is untrusted,
+and a head that shared the base's process could patch what the base's launches and timer run
+(``gc``, ``object.__setattr__``, Triton's launcher) and slow only those. Per case: fresh seeded
+inputs of its own suite; one launch that fixes its config, whose outputs must be finite (a NaN
+or Inf output is that case's error, as the correctness check would call it); a warm-up; blocks
+of samples when the parent asks, which alternates the two sides' blocks under one stopping
+rule; then its :class:`Measurement`, built by ``bench``'s
 builder (``timing/measurement.py``), so the flows can store each in its own commit's run.
 B launches the config A's autotuner chose when B's tuning space has it (``config_source``
 ``shared``): two autotuning runs that pick different configs in a near tie would otherwise

@@ -1,6 +1,6 @@
 """Time one kernel case, with its stock-library baseline interleaved: the per-case driver.
 
-Runs in the runner child (kernel code is imported only there). For each case: fresh seeded
+Runs in the kernel child (kernel code is imported only there). For each case: fresh seeded
 inputs, one launch that fixes the config (the autotuner's choice, a pin, or the spec's
 pinned config), a cool-down (after that launch: autotuning runs the GPU at full load), then
 the kernel and the baseline sampled alternately through the same timer until the stopping

@@ -52,7 +52,7 @@ class BenchOptions:
 
     timer: str = "auto"
     """``auto``, ``cuda-events``, ``cuda-graph``, ``cpu-perf-counter`` or ``cpu-process-time``
-    (the CPU only: the runner child's CPU time, which other processes' load barely moves)."""
+    (the CPU only: the kernel child's CPU time, which other processes' load barely moves)."""
     l2: str | None = None
     """``cold`` or ``warm``. Unset: the timer's natural state."""
     target_rel_ci: float = 0.005

@@ -2,12 +2,12 @@
 ``scripts/gpu-selfcheck.sh`` on a machine without a GPU (tests/test_gpu_rehearsal.py).
 
 Python imports ``sitecustomize`` at start-up from ``PYTHONPATH``, which the sandbox passes to
-its children (``harness/sandbox.py``'s ``ALLOWED``), so this folder on ``PYTHONPATH`` reaches
-the self-check's parent, the jail and every runner child. Each of them gets ``tests/`` on its
-path (for ``fakegpu``); only a runner child (``python -m kernelwatch.harness.runner``) is
-changed, and only as the kernelwatch modules it imports load (a ``sys.meta_path`` hook): the
-parent stays torch-free, and the child imports in its own order (the device is chosen before
-Triton is imported). In the child:
+its children (``harness/isolation/sandbox.py``'s ``ALLOWED``), so this folder on ``PYTHONPATH``
+reaches the self-check's parent, the jail and every kernel child. Each of them gets ``tests/``
+on its path (for ``fakegpu``); only a kernel child (``python -m
+kernelwatch.harness.isolation.kernel_child``) is changed, and only as the kernelwatch modules
+it imports load (a ``sys.meta_path`` hook): the parent stays torch-free, and the child imports
+in its own order (the device is chosen before Triton is imported). In the child:
 
 - the device is an H200 as far as kernelwatch knows (``DeviceInfo`` kind ``cuda``, 132 SMs,
   50 MiB of L2) while tensors stay on the CPU;
@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Any
 
 TESTS = Path(__file__).resolve().parent.parent
-RUNNER = "kernelwatch.harness.runner"
+RUNNER = "kernelwatch.harness.isolation.kernel_child"
 
 #: The H200's rates as measured on the device machine (shared/reference/gpu-timing.md): the
 #: copy and the 8192^3 bf16 GEMM on random data. One rate for every dtype: the self-check
@@ -59,7 +59,7 @@ def kernel_ns(flops: float, nbytes: float) -> float:
 
 
 def is_runner(argv: list[str]) -> bool:
-    """Whether ``argv`` (``sys.orig_argv``) starts the runner child: its first ``-m`` names
+    """Whether ``argv`` (``sys.orig_argv``) starts the kernel child: its first ``-m`` names
     the runner (the jail's command line names it later, as the command it executes)."""
     return "-m" in argv and argv[argv.index("-m") + 1 : argv.index("-m") + 2] == [RUNNER]
 
@@ -99,7 +99,7 @@ class _Hook(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Make this runner child's device the simulated H200 (the module docstring says how)."""
+    """Make this kernel child's device the simulated H200 (the module docstring says how)."""
     from fakegpu import FakeGpu
 
     gpu = FakeGpu(jitter=JITTER)
@@ -200,7 +200,7 @@ def install() -> None:
                 "kernelwatch.harness.timing.timers": patch_timers,
                 "kernelwatch.harness.timing.case": patch_case,
                 "kernelwatch.harness.timing.ceilings": patch_ceilings,
-                "kernelwatch.harness.timing.selfcheck": patch_selfcheck,
+                "kernelwatch.harness.selfcheck.measure": patch_selfcheck,
             }
         ),
     )

@@ -1,4 +1,5 @@
-"""The child process that runs a suite's kernels: ``python -m kernelwatch.harness.runner``.
+"""The kernel child, the process that runs a suite's kernels: ``python -m
+kernelwatch.harness.isolation.kernel_child``.
 
 Kernel code is imported only here, never in the platform's own process, so a segfault, a
 hang or a corrupted CUDA context costs one case, not the run (see ``supervise.py``).
@@ -24,7 +25,8 @@ it cannot satisfy, ends with
 Before starting the ranks of a distributed case (``distributed/ranks.py``) the runner says
 ``{"event": "starting"}``: the supervisor then allows the start-up time before the case's.
 
-An ``arm`` child's commands (``harness/ab_sides.py`` sends them) and its one answer to each:
+An ``arm`` child's commands (``harness/isolation/ab_sides.py`` sends them) and its one answer
+to each:
 ``{"cmd": "lacks", "tasks": [...]}`` -> ``{"event": "lacks", "reasons": [str | null, ...]}``;
 ``{"cmd": "prepare", "task": {...}, "suite": name, "seed": n, "shared": {"config": {...},
 "source": "autotune"} | null}`` -> ``{"event": "prepared", "config": {...}, "config_source":
@@ -48,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import IO, TYPE_CHECKING, Any
 
-from kernelwatch.harness.jail import loopback_up
+from kernelwatch.harness.isolation.jail import loopback_up
 from kernelwatch.harness.records import (
     ABMeasurement,
     CorrectnessResult,
@@ -152,7 +154,7 @@ def main() -> int:
 def _selfcheck(plan: dict[str, Any], suite: Suite, device: Device, emit: Emit) -> None:
     """The self-check's measurements, one ``stage`` event each as it finishes."""
     from kernelwatch.harness.device import software_info
-    from kernelwatch.harness.timing.selfcheck import (
+    from kernelwatch.harness.selfcheck.measure import (
         SelfcheckOptions,
         device_tools,
         run_measurements,
@@ -469,7 +471,7 @@ def open_channel() -> tuple[Emit, dict[str, Any]]:
     """The signed writer of the result channel and the plan, before any kernel code runs:
     this process made non-dumpable, the plan (and its channel key) read from stdin's first
     line, fd 1 kept for the channel and anything kernel code prints sent to stderr."""
-    from kernelwatch.harness.channel import Writer, protect_process
+    from kernelwatch.harness.isolation.channel import Writer, protect_process
 
     protect_process()
     plan = json.loads(sys.stdin.readline())

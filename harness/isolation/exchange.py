@@ -31,5 +31,5 @@ def trees_dir(exchange: Path) -> Path:
 
 def proxy_command(exchange: Path, argv: Sequence[str]) -> list[str]:
     """The command that runs ``argv`` in the runner of ``exchange`` as if it ran here."""
-    return [sys.executable, "-m", "kernelwatch.harness.remote", "proxy", str(exchange), "--",
-            *argv]  # fmt: skip
+    return [sys.executable, "-m", "kernelwatch.harness.isolation.remote", "proxy",
+            str(exchange), "--", *argv]  # fmt: skip

@@ -17,8 +17,8 @@ import weakref
 from collections.abc import Sequence
 from typing import IO, Any
 
-from kernelwatch.harness.channel import Forged, Reader, new_key
-from kernelwatch.harness.sandbox import Sandbox
+from kernelwatch.harness.isolation.channel import Forged, Reader, new_key
+from kernelwatch.harness.isolation.sandbox import Sandbox
 
 #: What a child's event queue delivers: an event, a refused line, or None at end of output.
 Item = dict[str, Any] | Forged | None

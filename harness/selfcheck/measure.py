@@ -1,4 +1,4 @@
-"""The self-check's measurements on the device (runner child, ``selfcheck`` mode).
+"""The self-check's measurements on the device (kernel child, ``selfcheck`` mode).
 
 Each measurement answers one of the self-check's questions (``analysis/trust.py`` judges
 them) and is handed to ``emit`` as soon as it is done, as plain JSON data, so a deadline or a
@@ -27,7 +27,7 @@ crash later keeps it:
 
 CI coverage is not measured here: one process repeating a case cannot see process-to-process
 noise, so its repeats come from the A/A stage's independent children
-(``harness/selfcheck_stages.py``). Agreement's rows are emitted one by one as they finish.
+(``harness/selfcheck/stages.py``). Agreement's rows are emitted one by one as they finish.
 
 The tools are passed in (:class:`Tools`): the device's real ones here, a simulated GPU's in
 the tests, which run this module end to end on the CPU.

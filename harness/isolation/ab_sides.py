@@ -3,7 +3,7 @@
 The commit under test is untrusted: in one process with the base, a hostile head could
 patch what the base's launches and timer run (``gc``, ``object.__setattr__``, Triton's
 launcher) and slow only those, so that 3x the work read as "faster". Here each side is a
-runner child in ``arm`` mode (``runner.py``), in a sandbox of its own (private directory,
+kernel child in ``arm`` mode (``kernel_child.py``), in a sandbox of its own (private directory,
 Triton cache, channel key), and this process, which imports no torch and no kernel code,
 orders them: per case, A prepares (its config fixed: a pin, its autotuner's choice), then B
 (launching A's autotuned config when its tuning space has it), a cool-down, each warms up,
@@ -31,8 +31,15 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
-from kernelwatch.harness.channel import Forged
-from kernelwatch.harness.child import check_stopped, death, kill, spawn, tail, wait
+from kernelwatch.harness.isolation.channel import Forged
+from kernelwatch.harness.isolation.child import check_stopped, death, kill, spawn, tail, wait
+from kernelwatch.harness.isolation.sandbox import Sandbox, sandbox
+from kernelwatch.harness.isolation.supervise import (
+    ABRequest,
+    SelectionUnavailable,
+    SuiteError,
+    run_together,
+)
 from kernelwatch.harness.records import (
     ABMeasurement,
     CaseId,
@@ -44,18 +51,11 @@ from kernelwatch.harness.records import (
     in_family,
     read_record,
 )
-from kernelwatch.harness.sandbox import Sandbox, sandbox
 from kernelwatch.harness.suite import SuiteRef, Task
-from kernelwatch.harness.supervise import (
-    ABRequest,
-    SelectionUnavailable,
-    SuiteError,
-    run_together,
-)
 from kernelwatch.harness.timing.measurement import ab_pair
 from kernelwatch.harness.timing.sampling import Collected, Sample, collect_blocks
 
-RUNNER = "kernelwatch.harness.runner"
+RUNNER = "kernelwatch.harness.isolation.kernel_child"
 SIDES = ("A", "B")
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelwatch.harness import gitcmd
+from kernelwatch.harness.isolation import gitcmd
 
 
 class RevisionError(ValueError):

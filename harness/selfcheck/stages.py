@@ -5,7 +5,7 @@ Four stages, each in fresh child processes (kernel code never runs here), all in
 sandbox (``held_sandbox``: the built-in suite is trusted, so its children share Triton's
 cache and compile each kernel once):
 
-1. ``measurements`` (one runner child, ``harness/timing/selfcheck.py``): the device and its
+1. ``measurements`` (one kernel child, ``harness/selfcheck/measure.py``): the device and its
    clock setup, event granularity, the ceilings, %SOL of a large memory-bound case, the two
    L2 flushes, agreement with ``do_bench`` and ``torch.utils.benchmark``, a decode step
    traced with ``torch.profiler`` (read here by ``Judging.trace``, the serving-trace
@@ -52,10 +52,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from kernelwatch.harness.records import CorrectnessResult, Measurement
-from kernelwatch.harness.sandbox import Sandbox, held_sandbox
-from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
-from kernelwatch.harness.supervise import (
+from kernelwatch.harness.isolation.sandbox import Sandbox, held_sandbox
+from kernelwatch.harness.isolation.supervise import (
     BenchRequest,
     CheckRequest,
     SelfcheckRequest,
@@ -64,6 +62,8 @@ from kernelwatch.harness.supervise import (
     run_checks,
     run_selfcheck,
 )
+from kernelwatch.harness.records import CorrectnessResult, Measurement
+from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.timing.pinning import pins_from_records
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
 

@@ -1,4 +1,4 @@
-"""Confirmation of a change (``analysis/confirm.py``): the rank test against scipy's
+"""Confirmation of a change (``analysis/shift_test.py``): the rank test against scipy's
 Mann-Whitney, Cliff's delta, the drift-corrected step and its floors, the slow-tail trim and
 which raw samples count. Pure and fast: no store, no flows."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
-from kernelwatch.analysis.confirm import (
+from kernelwatch.analysis.shift_test import (
     Confirmation,
     Floors,
     confirm_on_samples,

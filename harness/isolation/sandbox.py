@@ -18,7 +18,8 @@ can reach. Kernel code is untrusted (a pull request's may be hostile), so every 
 Untrusted code (a pull request's, a fork's) is refused, in one line that says what is
 missing, where those namespaces cannot be made: a child sharing the worker's uid or network
 could read its secrets. Such a host runs untrusted code through the runner of the
-deployment (``harness/remote.py``; infra/, docs/SECURITY.md), where nothing is worth taking.
+deployment (``harness/isolation/remote.py``; infra/, docs/SECURITY.md), where nothing is
+worth taking.
 Trusted code (the built-in suite) may run with less, and the sandbox says what it lacked.
   On a node of a multi-node world (``NNODES`` above 1) the ranks must reach the other nodes,
   so children keep the pod's network, which the multi-node pool's NetworkPolicy limits
@@ -51,10 +52,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelwatch.harness import jail
 from kernelwatch.harness.distributed.nodes import ENV as NODES_ENV
 from kernelwatch.harness.distributed.nodes import spans_nodes
-from kernelwatch.harness.exchange import exchange_dir, proxy_command, trees_dir
+from kernelwatch.harness.isolation import jail
+from kernelwatch.harness.isolation.exchange import exchange_dir, proxy_command, trees_dir
 from kernelwatch.harness.suite import SuiteRef, revision_of
 
 USER_ENV = "KERNELWATCH_SANDBOX_USER"
@@ -150,7 +151,8 @@ class Sandbox:
     exposed: set[str] = field(default_factory=set)
     network: bool = True
     notes: tuple[str, ...] = ()
-    #: The runner's exchange directory (``harness/remote.py``): children run there, not here.
+    #: The runner's exchange directory (``harness/isolation/remote.py``): children run there,
+    #: not here.
     exchange: Path | None = None
 
     def describe(self) -> str:
@@ -199,7 +201,14 @@ class Sandbox:
                     writable=[str(self.root)],
                     pids=own_pids,
                 )
-            jail = [sys.executable, "-m", "kernelwatch.harness.jail", json.dumps(spec), "--", *argv]
+            jail = [
+                sys.executable,
+                "-m",
+                "kernelwatch.harness.isolation.jail",
+                json.dumps(spec),
+                "--",
+                *argv,
+            ]
             if not self.namespaces:
                 return jail
             return [*network_namespace_prefix(network=self.network), "--", *jail]
@@ -216,7 +225,14 @@ class Sandbox:
             "hide": [*self.hidden, tempfile.gettempdir()],
             "expose": sorted({*_python_dirs(), str(self.root), *self.exposed}),
         }
-        jail = [sys.executable, "-m", "kernelwatch.harness.jail", json.dumps(spec), "--", *argv]
+        jail = [
+            sys.executable,
+            "-m",
+            "kernelwatch.harness.isolation.jail",
+            json.dumps(spec),
+            "--",
+            *argv,
+        ]
         if not self.namespaces:
             return jail
         return [*network_namespace_prefix(network=self.network), "--", *jail]
@@ -489,7 +505,8 @@ def end_processes(uid: int) -> None:
     # kernelwatch comes from PYTHONPATH (a wheel unpacked on a GPU host), so does the jail.
     env = {name: os.environ[name] for name in ("PATH", "PYTHONPATH") if name in os.environ}
     ended = subprocess.run(
-        [sys.executable, "-m", "kernelwatch.harness.jail", "--end", str(uid), str(END_WITHIN_S)],
+        [sys.executable, "-m", "kernelwatch.harness.isolation.jail", "--end", str(uid),
+         str(END_WITHIN_S)],
         cwd="/", env=env, capture_output=True, text=True, check=False,
         timeout=END_WITHIN_S + 30,
     )  # fmt: skip
@@ -595,7 +612,7 @@ def _needed_dirs() -> tuple[str, ...]:
     """What no child can start without: the Python installation, the virtual environment and
     the folder kernelwatch's packages are imported from (an editable checkout's root). The
     other entries of ``sys.path`` a child may not read, which Python skips."""
-    kernelwatch = str(Path(__file__).resolve().parent.parent)
+    kernelwatch = str(Path(__file__).resolve().parents[2])  # this file is harness/isolation/
     return (sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent), kernelwatch)
 
 

@@ -1,9 +1,9 @@
 """Run a suite's cases in a child process and survive whatever the kernels do.
 
-The supervisor reads the runner's JSON lines (``runner.py``). When the child dies in the
-middle of a case (segfault, abort, illegal memory access) or a case outlives its timeout, that
-case is recorded as an error with the child's stderr tail, and a fresh child resumes at the
-next case. Nothing already reported is lost, and no kernel code runs in this process.
+The supervisor reads the kernel child's JSON lines (``kernel_child.py``). When the child dies
+in the middle of a case (segfault, abort, illegal memory access) or a case outlives its
+timeout, that case is recorded as an error with the child's stderr tail, and a fresh child
+resumes at the next case. Nothing already reported is lost, and no kernel code runs in this process.
 
 Every child runs in a sandbox (``sandbox.py``) and reports on a signed channel
 (``channel.py``); a case's record is taken only as the answer to the case the child began.
@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernelwatch.harness.channel import Forged
-from kernelwatch.harness.child import (
+from kernelwatch.harness.isolation.channel import Forged
+from kernelwatch.harness.isolation.child import (
     check_stopped,
     death,
     kill,
@@ -29,6 +29,7 @@ from kernelwatch.harness.child import (
     tail,
     wait,
 )
+from kernelwatch.harness.isolation.sandbox import Sandbox, sandbox
 from kernelwatch.harness.records import (
     ABMeasurement,
     CaseId,
@@ -39,12 +40,11 @@ from kernelwatch.harness.records import (
     SoftwareInfo,
     read_record,
 )
-from kernelwatch.harness.sandbox import Sandbox, sandbox
 from kernelwatch.harness.suite import SuiteRef, Task
 from kernelwatch.harness.timing.pinning import Pins, pins_to_json
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
 
-RUNNER = "kernelwatch.harness.runner"
+RUNNER = "kernelwatch.harness.isolation.kernel_child"
 
 #: What a child reports per case, by mode: check, bench, ab.
 Outcome = CorrectnessResult | Measurement | ABMeasurement

@@ -1,5 +1,5 @@
-"""The first step of every sandboxed child: ``[unshare ... --] python -m kernelwatch.harness.jail
-SPEC -- ARGV...``.
+"""The first step of every sandboxed child: ``[unshare ... --] python -m
+kernelwatch.harness.isolation.jail SPEC -- ARGV...``.
 
 As root, in its own mount namespace, it hides what the sandbox user must not see and makes
 reachable what it must (the Python installation under root's private home, a checkout under

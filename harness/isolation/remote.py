@@ -4,7 +4,7 @@ The process that reads a commit's kernels' results (a Prefect flow, ``kernelwatc
 holds the database password and the Prefect credentials; the kernels themselves are
 untrusted. With ``KERNELWATCH_RUNNER_DIR`` naming an *exchange* directory, no child that
 imports kernel code starts beside those credentials. :meth:`Sandbox.command
-<kernelwatch.harness.sandbox.Sandbox.command>` starts a *proxy* instead (this module,
+<kernelwatch.harness.isolation.sandbox.Sandbox.command>` starts a *proxy* instead (this module,
 ``proxy``), which hands the child's command to a *runner* in another container or pod, one
 that holds no secret and has no network (``kernelwatch runner serve``, :func:`serve`):
 
@@ -47,14 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from kernelwatch.harness.exchange import RUNNER_ENV
+from kernelwatch.harness.isolation.exchange import RUNNER_ENV
 
 #: The modules a job may run (``python -m MODULE``, nothing before or after): the children
 #: kernelwatch itself starts in a sandbox. A profiler's wrapper (the self-check's, trusted
 #: code only) is not among them: it runs locally or not at all.
 ENTRY_POINTS = frozenset(
     {
-        "kernelwatch.harness.runner",
+        "kernelwatch.harness.isolation.kernel_child",
         "kernelwatch.harness.build.worker",
         "kernelwatch.harness.distributed.rank",
     }
@@ -200,7 +200,7 @@ def check_holds_nothing(
     secret kernel code could take: a variable named like one (``sandbox.SECRET_NAME``), a
     file under a secrets mount or a service-account token, a kernelwatch configuration with
     a database URL (``KERNELWATCH_CONFIG``, ``./kernelwatch.toml`` unless ``config_files``)."""
-    from kernelwatch.harness.sandbox import SECRET_NAME
+    from kernelwatch.harness.isolation.sandbox import SECRET_NAME
 
     named = sorted(name for name, value in environ.items() if value and SECRET_NAME.search(name))
     if named:
@@ -319,7 +319,7 @@ class Runner:
             except (OSError, ValueError, AttributeError) as exc:
                 _refuse(job, f"refused job {job.id}: {exc}")
                 return
-            from kernelwatch.harness.sandbox import SandboxError, contained, sandbox
+            from kernelwatch.harness.isolation.sandbox import SandboxError, contained, sandbox
 
             try:
                 # Per job thread: the permission is a context variable, and a new thread
@@ -442,7 +442,7 @@ def _stderr(source: IO[bytes], sink: IO[bytes]) -> None:
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:
     """End a job the way ``child.kill`` ends a child, with this runner's shorter grace."""
-    from kernelwatch.harness.child import terminate  # child.py imports this module's user
+    from kernelwatch.harness.isolation.child import terminate  # child.py imports this module's user
 
     terminate(proc, REAP_GRACE_S)
 
@@ -482,7 +482,7 @@ def serve(
         raise RunnerRefused(f"the runner's environment sets {RUNNER_ENV}: it would hand its "
                             "jobs on instead of sandboxing them here")  # fmt: skip
     check_holds_nothing(environ, secret_paths, config_files)
-    why = ("the runner was checked to hold no secret at start (harness/remote.py); its "
+    why = ("the runner was checked to hold no secret at start (harness/isolation/remote.py); its "
            "network is cut by the deployment (network_mode none, the kernelwatch-runner "
            "NetworkPolicy)")  # fmt: skip
     runner = Runner(requests.resolve(), results.resolve(), stdout_cap=stdout_cap, contained=why)
@@ -492,9 +492,11 @@ def serve(
 
 
 def main(argv: Sequence[str]) -> int:
-    """``python -m kernelwatch.harness.remote proxy EXCHANGE -- ARGV...``."""
+    """``python -m kernelwatch.harness.isolation.remote proxy EXCHANGE -- ARGV...``."""
     if len(argv) < 3 or argv[0] != "proxy" or argv[2] != "--":
-        sys.stderr.write("usage: python -m kernelwatch.harness.remote proxy EXCHANGE -- ARGV\n")
+        sys.stderr.write(
+            "usage: python -m kernelwatch.harness.isolation.remote proxy EXCHANGE -- ARGV\n"
+        )
         return 2
     proxy(Path(argv[1]), argv[3:])
 
