@@ -38,6 +38,7 @@ declare -A TESTS=(
   [analysis/bisect_search.py]="tests/test_bisect.py"
   [analysis/thresholds.py]="tests/test_thresholds.py tests/test_config_reference.py"
   [analysis/trust.py]="tests/test_trust.py tests/test_selfcheck.py"
+  [analysis/settling.py]="tests/test_settling.py tests/test_report.py"
   [harness/correctness.py]="tests/test_correctness.py"
   [harness/timing/sampling.py]="tests/test_sampling.py"
   [harness/timing/telemetry.py]="tests/test_telemetry.py"
