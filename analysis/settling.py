@@ -30,13 +30,13 @@ class Settled:
     """The pairs to report (each case's latest round), and what settling did."""
 
     pairs: tuple[ABMeasurement, ...]
-    rounds: int = 0
-    device_s: float = 0.0
-    resolved: tuple[str, ...] = ()
+    rounds: int
+    device_s: float
+    resolved: tuple[str, ...]
     """Cases an extra round took out of AMBIGUOUS."""
-    out_of_rounds: tuple[str, ...] = ()
+    out_of_rounds: tuple[str, ...]
     """Cases still AMBIGUOUS after the last round allowed."""
-    out_of_budget: tuple[str, ...] = ()
+    out_of_budget: tuple[str, ...]
     """Cases still AMBIGUOUS whose next round the budget did not allow."""
 
     @property
