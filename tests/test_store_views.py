@@ -130,6 +130,27 @@ def test_a_changed_file_is_made_again_and_an_unchanged_store_is_left_alone(
         migrate.definitions.cache_clear()
 
 
+def test_db_status_says_when_the_views_differ_and_db_upgrade_makes_them_again(
+    store_url, tmp_path, kernelwatch_cli
+):
+    """A configured database is never upgraded behind its owner's back: ``db status`` says
+    the views differ, ``db upgrade`` makes them, and the command that needs them refuses
+    until then (``connect``)."""
+    with psycopg.connect(store_url) as conn:
+        conn.execute("UPDATE view_definitions SET checksum = 'older' WHERE name = 'report_series'")
+    env = {"KERNELWATCH_DATABASE_URL": store_url, "KERNELWATCH_SPOOL_DIR": str(tmp_path)}
+    status = kernelwatch_cli("db", "status", cwd=tmp_path, env=env)
+    assert status.returncode == 0, status.stderr
+    assert f"schema: {migrate.HEAD} (head); the reporting views differ" in status.stdout
+    upgrade = kernelwatch_cli("db", "upgrade", cwd=tmp_path, env=env)
+    assert upgrade.returncode == 0, upgrade.stderr
+    assert "reporting views made from this kernelwatch's definitions" in upgrade.stdout
+    again = kernelwatch_cli("db", "status", cwd=tmp_path, env=env)
+    assert f"schema: {migrate.HEAD} (head)\n" in again.stdout, again.stdout
+    with psycopg.connect(store_url) as conn:
+        assert migrate.pending(conn) is None
+
+
 def test_a_view_kernelwatch_does_not_define_that_reads_one_stops_the_upgrade(pg_server):
     url = _database(pg_server, "t_views_foreign")
     migrate.upgrade(url, "0020")
