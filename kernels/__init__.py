@@ -7,7 +7,7 @@ module-level ``SUITE``, exactly as it finds a suite in another repository.
 
 from kernelwatch.harness.spec import Suite
 from kernelwatch.kernels.activation import SILU_AND_MUL
-from kernelwatch.kernels.attention import FLASH_ATTENTION
+from kernelwatch.kernels.attention import FLASH_ATTENTION, SLIDING_WINDOW_ATTENTION
 from kernelwatch.kernels.conformer_conv import CONFORMER_CONV
 from kernelwatch.kernels.decode_attention import PAGED_DECODE_ATTENTION
 from kernelwatch.kernels.fp8 import FP8_BLOCK_GEMM, FP8_GROUP_QUANT
@@ -30,6 +30,7 @@ SUITE = Suite(
         ROPE,
         GEMM,
         FLASH_ATTENTION,
+        SLIDING_WINDOW_ATTENTION,
         FP8_GROUP_QUANT,
         FP8_BLOCK_GEMM,
         PAGED_DECODE_ATTENTION,

@@ -1,4 +1,6 @@
-"""Causal flash-attention forward with grouped-query attention (GQA), FlashAttention-2 style.
+"""Causal flash-attention forward with grouped-query attention (GQA), FlashAttention-2 style,
+and its sliding-window variant (each query sees its last ``window`` keys, as Mistral's and
+Gemma's local layers do).
 
 One program owns a block of query rows of one head and streams that head's keys and values
 through an online softmax (running max and sum, rescaled as the max grows), so the score
@@ -8,9 +10,12 @@ softmax scale and ``exp2`` maps to the hardware's ``ex2``.
 The causal mask is aligned bottom-right, as in FlashAttention, so decode (one query) and
 chunked prefill (a query chunk after cached keys) are the same kernel as prefill. Key blocks
 past a query block's causal frontier are never visited, and blocks that every row of the
-query block sees skip the mask arithmetic. Query heads sharing a KV head are adjacent in the
-grid, so their K/V reads hit L2. Every stride is passed: projections produce
-``(batch, seq, heads, dim)`` tensors that attention reads as ``(batch, heads, seq, dim)``.
+query block sees skip the mask arithmetic; with a window, neither are key blocks before the
+first row's window, and the blocks its lower edge cuts through are masked like the diagonal.
+``WINDOW`` is a constexpr, so the plain causal kernel compiles without the window's code.
+Query heads sharing a KV head are adjacent in the grid, so their K/V reads hit L2. Every
+stride is passed: projections produce ``(batch, seq, heads, dim)`` tensors that attention
+reads as ``(batch, heads, seq, dim)``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from kernelwatch.harness.spec import (
     Tensors,
 )
 from kernelwatch.kernels.inputs import empty_like_dense, next_pow2, randn
+from kernelwatch.kernels.models import MISTRAL_7B
 from kernelwatch.kernels.tuning import Tunable
 
 LOG2_E = 1.4426950408889634
@@ -47,13 +53,15 @@ def attend_key_blocks(
     tile,
     CAUSAL_MASK: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    WINDOW: tl.constexpr,
 ):
     """Stream the key blocks ``key_start..key_end`` through the online softmax.
 
     ``state`` is the running ``(acc, l_i, m_i)``; ``kv`` the head's ``(k_base, v_base,
     stride_kn, stride_kd, stride_vn, stride_vd)``; ``frontier`` the query rows and what
     decides which keys they see, ``(rows, causal_shift, seq_k, qk_scale)``; ``tile`` the
-    block offsets ``(offs_n, offs_d, d_mask)``. Returns the updated state.
+    block offsets ``(offs_n, offs_d, d_mask)``. ``WINDOW`` (0: none) keeps only a query's
+    last ``WINDOW`` keys, itself included, under the mask. Returns the updated state.
     """
     acc, l_i, m_i = state
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd = kv
@@ -73,11 +81,20 @@ def attend_key_blocks(
         if CAUSAL_MASK:
             # For every stored row this also drops keys >= seq_k; rows past seq_q are not
             # stored, so what they see does not matter.
-            s = tl.where(keys[None, :] <= rows[:, None] + causal_shift, s, float("-inf"))
-        # Finite from the first block on: every row sees key 0, which lies in that block.
+            seen = keys[None, :] <= rows[:, None] + causal_shift
+            if WINDOW > 0:
+                seen = seen & (keys[None, :] > rows[:, None] + causal_shift - WINDOW)
+            s = tl.where(seen, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[:, None])
+        # Without a window, finite from the first block on: every row sees key 0, which lies
+        # in that block.
+        m_use = m_new
+        if WINDOW > 0:
+            # A row's first blocks may lie wholly before its window: its max is still -inf
+            # there, and exp2(-inf - -inf) would be NaN; from 0 both factors are 0.
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(
             v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd,
@@ -120,6 +137,7 @@ def flash_attention_fwd_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    WINDOW: tl.constexpr,
 ):
     batch_head = tl.program_id(0)
     # Causal work grows with the query block's index: launch the longest blocks first so
@@ -157,12 +175,42 @@ def flash_attention_fwd_kernel(
     kv = (k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd)
     frontier = (rows, causal_shift, seq_k, qk_scale)
     tile = (offs_n, offs_d, d_mask)
+    full_start = 0
+    if WINDOW > 0:
+        # Keys before the first row's window are seen by no row of the block; keys before the
+        # last row's window by some rows only: those blocks are masked (stage 0).
+        key_start = max(first_row + causal_shift - WINDOW + 1, 0) // BLOCK_N * BLOCK_N
+        last_row = first_row + BLOCK_M - 1
+        full_start = tl.cdiv(max(last_row + causal_shift - WINDOW + 1, 0), BLOCK_N) * BLOCK_N
+        full_start = min(max(full_start, key_start), full_end)
+        acc, l_i, m_i = attend_key_blocks(
+            (acc, l_i, m_i),
+            q,
+            kv,
+            frontier,
+            key_start,
+            full_start,
+            tile,
+            CAUSAL_MASK=True,
+            BLOCK_N=BLOCK_N,
+            WINDOW=WINDOW,
+        )
     # Stage 1, off the diagonal: key blocks every row of the query block sees in full, so
     # no mask arithmetic.
     acc, l_i, m_i = attend_key_blocks(
-        (acc, l_i, m_i), q, kv, frontier, 0, full_end, tile, CAUSAL_MASK=False, BLOCK_N=BLOCK_N
+        (acc, l_i, m_i),
+        q,
+        kv,
+        frontier,
+        full_start,
+        full_end,
+        tile,
+        CAUSAL_MASK=False,
+        BLOCK_N=BLOCK_N,
+        WINDOW=0,
     )
-    # Stage 2, on the diagonal: the blocks the causal frontier cuts through, masked.
+    # Stage 2, on the diagonal: the blocks the causal frontier cuts through, masked (a
+    # window narrower than the block cuts them too).
     acc, l_i, m_i = attend_key_blocks(
         (acc, l_i, m_i),
         q,
@@ -173,6 +221,7 @@ def flash_attention_fwd_kernel(
         tile,
         CAUSAL_MASK=True,
         BLOCK_N=BLOCK_N,
+        WINDOW=WINDOW,
     )
 
     out = acc / l_i[:, None]
@@ -205,7 +254,7 @@ ATTENTION_PINNED = LaunchConfig({"BLOCK_M": 16, "BLOCK_N": 16}, 4, 2)
 
 
 ATTENTION_TUNABLE = Tunable(
-    flash_attention_fwd_kernel, ATTENTION_CONFIGS, key=["seq_q", "seq_k", "HEAD_DIM"]
+    flash_attention_fwd_kernel, ATTENTION_CONFIGS, key=["seq_q", "seq_k", "HEAD_DIM", "WINDOW"]
 )
 
 
@@ -215,6 +264,7 @@ def _launch(
     v: torch.Tensor,
     out: torch.Tensor,
     config: LaunchConfig | None,
+    window: int = 0,
 ) -> LaunchConfig:
     batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
@@ -240,7 +290,9 @@ def _launch(
         seq_k,
         LOG2_E / math.sqrt(head_dim),
     )
-    dims = {"HEAD_DIM": head_dim, "BLOCK_D": next_pow2(head_dim)}
+    if window < 0:
+        raise ValueError(f"window={window}: a query's keys, itself included (0: all)")
+    dims = {"HEAD_DIM": head_dim, "BLOCK_D": next_pow2(head_dim), "WINDOW": window}
 
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (batch * heads_q, triton.cdiv(seq_q, meta["BLOCK_M"]))
@@ -271,7 +323,9 @@ def _inputs(
 _REF_CHUNK_SCORES = 1 << 25
 
 
-def _attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _attention_ref(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0
+) -> torch.Tensor:
     batch, heads_q, seq_q, dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
@@ -290,21 +344,28 @@ def _attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
         rows = torch.arange(start, stop, device=q.device).repeat(group)[:, None]
         keys = torch.arange(n_keys, device=q.device)[None, :]
         s = s.masked_fill(keys > rows + shift, float("-inf"))
+        if window:  # query i sees its last `window` keys, itself included
+            s = s.masked_fill(keys <= rows + shift - window, float("-inf"))
         o = torch.softmax(s, dim=-1) @ v[:, :, :n_keys]
         out[:, :, start:stop] = o.reshape(batch, heads_q, stop - start, dim)
     return out
 
 
-def _sdpa_baseline(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
+def _sdpa_operands(t: Tensors) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+    """Q, K and V as SDPA takes them, and whether its GQA is asked for."""
     q, k, v = t["q"], t["k"], t["v"]
-    seq_q, seq_k = q.shape[2], k.shape[2]
     if q.dtype == torch.float32:
         # FlashAttention has no fp32 kernel, and SDPA's GQA falls back to the math backend,
         # which materialises every score (64 GiB for 70B at 16k): repeat K and V instead,
         # so the memory-efficient kernel takes fp32.
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    gqa = k.shape[1] != q.shape[1]
+    return q, k, v, k.shape[1] != q.shape[1]
+
+
+def _sdpa_baseline(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
+    q, k, v, gqa = _sdpa_operands(t)
+    seq_q, seq_k = q.shape[2], k.shape[2]
     if seq_q == seq_k:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     else:
@@ -419,6 +480,88 @@ FLASH_ATTENTION = KernelSpec(
     min_bytes=_min_bytes,
     # Both matmuls round their fp32 operands to TF32 (10 significand bits, like fp16): a
     # relative error near 4e-4, and 1.3e-3 where the hardware truncates instead of rounding.
+    tolerance={**DEFAULT_TOLERANCE, "fp32": 5e-3},
+    configs=ATTENTION_CONFIGS,
+    pinned_config=ATTENTION_PINNED,
+)
+
+
+def _window(p: Params) -> int:
+    return int(p["window"])
+
+
+def _window_visible_pairs(p: Params) -> int:
+    # Query i sees min(i + seq_k - seq_q + 1, window) keys.
+    seq_q, seq_k, window = int(p["seq_q"]), int(p["seq_k"]), _window(p)
+    return sum(min(i + seq_k - seq_q + 1, window) for i in range(seq_q))
+
+
+def _window_min_bytes(p: Params, elem: int) -> int:
+    # Only keys inside some query's window are read: from the first query's window start.
+    seq_q, seq_k = int(p["seq_q"]), int(p["seq_k"])
+    keys = seq_k - max(0, seq_k - seq_q + 1 - _window(p))
+    return _min_bytes({**p, "seq_k": keys}, elem)
+
+
+def _sliding_window_baseline(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
+    # SDPA with the window as a boolean mask, as vLLM's and HF's SDPA paths run local layers
+    # (flex attention's block mask would skip the masked blocks, but needs torch.compile).
+    q, k, v, gqa = _sdpa_operands(t)
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    rows = torch.arange(seq_q, device=q.device)[:, None] + (seq_k - seq_q)
+    keys = torch.arange(seq_k, device=q.device)[None, :]
+    mask = (keys <= rows) & (keys > rows - _window(p))
+    return {"out": F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)}
+
+
+# Mistral 7B's local attention (every layer, a 4,096-key window): single-sequence prefill of
+# 8k and 16k, where most keys fall outside a query's window, then batch-16 decode.
+_SLIDING_LLM_CASES = tuple(
+    {
+        "model": MISTRAL_7B.name,
+        "batch": batch,
+        "heads_q": MISTRAL_7B["num_attention_heads"],
+        "heads_kv": MISTRAL_7B["num_key_value_heads"],
+        "seq_q": seq_q or seq_k,
+        "seq_k": seq_k,
+        "head_dim": MISTRAL_7B["head_dim"],
+        "window": MISTRAL_7B["sliding_window"],
+        "layout": "bshd",
+    }
+    for batch, seq_q in ((1, 0), (16, 1))
+    for seq_k in (8192, 16384)
+)
+# Interpreter shapes at the pinned 16x16 tiles: a window no block divides, one narrower than a
+# tile on a query chunk after cached keys, a decode query, and one wider than the sequence
+# (plain causal attention).
+_SLIDING_SMOKE_CASES = (
+    {"batch": 1, "heads_q": 2, "heads_kv": 1, "seq_q": 40, "seq_k": 40, "head_dim": 32,
+     "window": 9, "layout": "bhsd"},
+    {"batch": 1, "heads_q": 2, "heads_kv": 1, "seq_q": 21, "seq_k": 38, "head_dim": 32,
+     "window": 3, "layout": "bshd"},
+    {"batch": 2, "heads_q": 4, "heads_kv": 2, "seq_q": 1, "seq_k": 47, "head_dim": 16,
+     "window": 20, "layout": "bshd"},
+    {"batch": 2, "heads_q": 2, "heads_kv": 2, "seq_q": 20, "seq_k": 20, "head_dim": 24,
+     "window": 64, "layout": "bshd"},
+)  # fmt: skip
+
+SLIDING_WINDOW_ATTENTION = KernelSpec(
+    name="sliding_window_attention",
+    summary="Causal flash-attention forward whose queries see only their last `window` keys "
+    "(Mistral-style local layers), with GQA.",
+    make_inputs=_inputs,
+    make_outputs=lambda t, p: {"out": empty_like_dense(t["q"])},
+    launch=lambda t, o, p, cfg: _launch(t["q"], t["k"], t["v"], o["out"], cfg, _window(p)),
+    reference=lambda t, p: {"out": _attention_ref(t["q"], t["k"], t["v"], _window(p))},
+    baseline=Baseline(
+        "torch.nn.functional.scaled_dot_product_attention with a sliding-window mask",
+        _sliding_window_baseline,
+    ),
+    workloads={"smoke": _SLIDING_SMOKE_CASES, "llm": _SLIDING_LLM_CASES},
+    flops=lambda p: (
+        4 * int(p["batch"]) * int(p["heads_q"]) * int(p["head_dim"]) * _window_visible_pairs(p)
+    ),
+    min_bytes=_window_min_bytes,
     tolerance={**DEFAULT_TOLERANCE, "fp32": 5e-3},
     configs=ATTENTION_CONFIGS,
     pinned_config=ATTENTION_PINNED,

@@ -65,6 +65,20 @@ MISTRAL_SMALL_24B = Model(
         "head_dim": 128,
     },
 )
+#: Sliding-window attention in every layer (its config's ``sliding_window``); the config has
+#: no ``head_dim``: hidden_size / num_attention_heads.
+MISTRAL_7B = Model(
+    "mistral-7b-v0.1",
+    "mistralai/Mistral-7B-v0.1 config.json",
+    {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "sliding_window": 4096,
+    },
+)
 MIXTRAL_8X7B = Model(
     "mixtral-8x7b",
     "mistralai/Mixtral-8x7B-v0.1 config.json",

@@ -112,6 +112,30 @@ PLANTED = (
         "fp32",
         "relative error",
     ),
+    (
+        Mutation(
+            "attention",
+            "seen = seen & (keys[None, :] > rows[:, None] + causal_shift - WINDOW)",
+            "seen = seen & (keys[None, :] >= rows[:, None] + causal_shift - WINDOW)",
+            "the sliding window lets in one key too many",
+        ),
+        "SLIDING_WINDOW_ATTENTION",
+        0,
+        "fp32",
+        "relative error",
+    ),
+    (
+        Mutation(
+            "attention",
+            'm_use = tl.where(m_new == float("-inf"), 0.0, m_new)',
+            "m_use = m_new",
+            "a row whose first key block lies before its window divides -inf by -inf",
+        ),
+        "SLIDING_WINDOW_ATTENTION",
+        0,
+        "fp32",
+        "are NaN/Inf",
+    ),
 )
 
 
