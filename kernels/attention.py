@@ -21,6 +21,7 @@ reads as ``(batch, heads, seq, dim)``.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -545,12 +546,13 @@ _SLIDING_SMOKE_CASES = (
      "window": 64, "layout": "bshd"},
 )  # fmt: skip
 
-SLIDING_WINDOW_ATTENTION = KernelSpec(
+# The causal kernel's spec with the window: the same inputs, outputs, tolerance and tiles.
+SLIDING_WINDOW_ATTENTION = replace(
+    FLASH_ATTENTION,
     name="sliding_window_attention",
+    family=None,  # from its own name, as an undeclared family is
     summary="Causal flash-attention forward whose queries see only their last `window` keys "
     "(Mistral-style local layers), with GQA.",
-    make_inputs=_inputs,
-    make_outputs=lambda t, p: {"out": empty_like_dense(t["q"])},
     launch=lambda t, o, p, cfg: _launch(t["q"], t["k"], t["v"], o["out"], cfg, _window(p)),
     reference=lambda t, p: {"out": _attention_ref(t["q"], t["k"], t["v"], _window(p))},
     baseline=Baseline(
@@ -562,7 +564,4 @@ SLIDING_WINDOW_ATTENTION = KernelSpec(
         4 * int(p["batch"]) * int(p["heads_q"]) * int(p["head_dim"]) * _window_visible_pairs(p)
     ),
     min_bytes=_window_min_bytes,
-    tolerance={**DEFAULT_TOLERANCE, "fp32": 5e-3},
-    configs=ATTENTION_CONFIGS,
-    pinned_config=ATTENTION_PINNED,
 )
