@@ -141,6 +141,9 @@ def test_the_simulation_stays_out_of_every_process_but_the_runner():
     spec.loader.exec_module(gpusim)
     runner = [sys.executable, "-m", "kernelwatch.harness.isolation.kernel_child"]
     assert gpusim.is_runner(runner)
+    assert gpusim.is_runner(
+        [sys.executable, "-m", "kernelwatch.harness.isolation.preload", runner[-1], "5"]
+    )
     assert not gpusim.is_runner(
         [sys.executable, "-m", "kernelwatch.harness.isolation.jail", "{}", "--", *runner]
     )

@@ -11,7 +11,7 @@ its kernel code a system Python the sandbox user can read."""
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -26,7 +26,7 @@ import pytest
 from kernelwatch.harness.isolation import jail
 from kernelwatch.harness.isolation import sandbox as sandbox_module
 from kernelwatch.harness.isolation.child import spawn, tail, wait
-from kernelwatch.harness.isolation.sandbox import Sandbox, leased_identity
+from kernelwatch.harness.isolation.sandbox import Launch, Sandbox, leased_identity
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="leased uids need root")
 
@@ -113,11 +113,9 @@ class SmallBox(Sandbox):
     """The runner's sandbox with a process limit a 2-core machine can reach in a test (the
     jail's spec carries it; ``jail.PROCESS_LIMIT`` is the deployed one)."""
 
-    def command(self, argv: list[str], own_pids: bool = True) -> list[str]:
-        command = super().command(argv, own_pids)
-        at = command.index("kernelwatch.harness.isolation.jail") + 1
-        command[at] = json.dumps({**json.loads(command[at]), "nproc": BOMB_LIMIT})
-        return command
+    def launch(self, argv: list[str], own_pids: bool = True) -> Launch:
+        launch = super().launch(argv, own_pids)
+        return dataclasses.replace(launch, spec={**launch.spec, "nproc": BOMB_LIMIT})
 
 
 #: The process limit of the bomb's sandbox.

@@ -17,15 +17,18 @@ import weakref
 from collections.abc import Sequence
 from typing import IO, Any
 
+from kernelwatch.harness.isolation import preload
 from kernelwatch.harness.isolation.channel import Forged, Reader, new_key
 from kernelwatch.harness.isolation.sandbox import Sandbox
 
 #: What a child's event queue delivers: an event, a refused line, or None at end of output.
 Item = dict[str, Any] | Forged | None
+#: A started child: by ``exec``, or forked by a preload server (``preload.py``).
+Process = subprocess.Popen[bytes] | preload.Forked
 
 #: The children started and not yet reaped, so that a signal ending this process can end
 #: them too (:func:`stop`).
-_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE: set[Process] = set()
 #: The stop signal received, if any: no child starts after it.
 _STOP: list[int] = []
 
@@ -68,11 +71,13 @@ def spawn(
     env: dict[str, str] | None = None,
     keep_stdin: bool = False,
     wrapper: Sequence[str] = (),
-) -> tuple[subprocess.Popen[bytes], queue.Queue[Item]]:
+) -> tuple[Process, queue.Queue[Item]]:
     """Start ``python -m module`` in ``box`` on ``plan`` (one JSON line on its stdin, with
     the key of its result channel), under ``wrapper`` (a profiler's command line) if given;
     its verified events arrive on the returned queue. The child's environment is the
-    sandbox's (``env`` overrides it). Its stdin is closed after the plan unless
+    sandbox's (``env`` overrides it). Where it can, it is forked by the preload server of
+    ``module`` (``preload.py``), which imported its libraries already; the same sandbox holds
+    it either way. Its stdin is closed after the plan unless
     ``keep_stdin`` (a child that asks the parent questions). The child leads its own process
     group, so ``kill`` also ends whatever it started (a compiler, a kernel's helper
     processes); the sandbox's reaper (``jail.py``) ends even what left the group. What it
@@ -80,15 +85,21 @@ def spawn(
     ``STDERR_CAP`` bytes are kept. Raises :class:`Stopped` after a stop signal."""
     check_stopped()
     key = new_key()
-    proc = subprocess.Popen(
-        box.command([*wrapper, sys.executable, "-m", module]),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env if env is not None else box.env(),
-        cwd=box.home,
-        start_new_session=True,
-    )
+    env = env if env is not None else box.env()
+    argv = [*wrapper, sys.executable, "-m", module]
+    proc: Process | None = None
+    if not wrapper and box.exchange is None and preload.enabled():
+        proc = preload.start(module, box.launch(argv), env, str(box.home))
+    if proc is None:
+        proc = subprocess.Popen(
+            box.command(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=box.home,
+            start_new_session=True,
+        )
     _LIVE.add(proc)
     assert proc.stderr is not None
     _STDERR[proc.pid] = _capped_copy(proc.stderr, stderr)
@@ -129,7 +140,7 @@ def _capped_copy(source: IO[bytes], target: IO[bytes]) -> tuple[threading.Thread
     return thread, lock
 
 
-def _reaped(proc: subprocess.Popen[bytes]) -> None:
+def _reaped(proc: Process) -> None:
     """Forget a reaped child; its stderr is copied to the end (its reaper killed every
     process that could still hold the pipe, so the end comes at once)."""
     _LIVE.discard(proc)
@@ -175,7 +186,7 @@ def event_queue(
     return items
 
 
-def wait(proc: subprocess.Popen[bytes]) -> int:
+def wait(proc: Process) -> int:
     """The exit code of a child that closed its output; killed if it lingers."""
     try:
         code = proc.wait(timeout=30)
@@ -186,7 +197,7 @@ def wait(proc: subprocess.Popen[bytes]) -> int:
     return code
 
 
-def terminate(proc: subprocess.Popen[bytes], grace_s: float = REAP_GRACE_S) -> None:
+def terminate(proc: Process, grace_s: float = REAP_GRACE_S) -> None:
     """End a child, everything it started and its process group: its reaper is asked first
     (SIGTERM), since a SIGKILL would leave it no time to kill what escaped the group; one
     that does not end in ``grace_s`` is killed with its group."""
@@ -204,7 +215,7 @@ def terminate(proc: subprocess.Popen[bytes], grace_s: float = REAP_GRACE_S) -> N
         proc.wait()
 
 
-def kill(proc: subprocess.Popen[bytes]) -> None:
+def kill(proc: Process) -> None:
     """:func:`terminate` a child and reap it."""
     terminate(proc)
     _reaped(proc)

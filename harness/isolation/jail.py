@@ -38,12 +38,19 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-_MS_BIND, _MS_REC, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 4096, 16384, 2, 4, 8
+#: What runs in place of ``exec``: the child's module in a preloaded process; never returns.
+Run = Callable[[], None]
+
+_MS_BIND, _MS_REC, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_PRIVATE = 4096, 16384, 2, 4, 8, 1 << 18
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _PR_SET_NO_NEW_PRIVS, _PR_SET_CHILD_SUBREAPER, _PR_SET_DUMPABLE = 38, 36, 4
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+_CLONE_NEWNET = 0x40000000
+#: ``unshare``'s options ``sandbox.network_namespace_prefix`` uses, as ``unshare(2)`` flags.
+_UNSHARE_OPTIONS = {"--user": _CLONE_NEWUSER, "--mount": _CLONE_NEWNS, "--net": _CLONE_NEWNET}
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 0x1
 #: The top-level directories a confined child keeps (read-only): the system's programs,
 #: libraries, settings, devices and kernel interfaces. Everything else is covered.
@@ -283,14 +290,19 @@ def end_user(uid: int, within_s: float) -> int:
         time.sleep(0.005)
 
 
-def _start(spec: dict[str, object], command: list[str]) -> None:
+def _start(spec: dict[str, object], command: list[str], run: Run | None = None) -> None:
     """In a fresh fork: become the child (limits, its user namespace or the sandbox user, no
-    new privileges) and ``exec`` ``command``; never returns."""
+    new privileges) and ``exec`` ``command``, or call ``run`` instead (a process that
+    imported the child's libraries already, ``preload.py``); never returns."""
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         limit(spec)
         if spec.get("confine"):
             uid, gid = spec["user"]  # type: ignore[misc]
+            # Dumpable, as the child is once it runs: a process that was not exec'd in this
+            # user namespace (a preload server's fork) owns its /proc files only then, and
+            # could not write its new namespace's maps.
+            set_dumpable(True)
             enter_own_user_namespace(uid, gid)
         if spec.get("uid") is not None:
             os.setgroups([])
@@ -299,6 +311,8 @@ def _start(spec: dict[str, object], command: list[str]) -> None:
         _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         with contextlib.suppress(OSError, KeyError):
             os.chdir(spec["cwd"])
+        if run is not None:
+            run()
         os.execvp(command[0], command)
     except BaseException as exc:  # whatever failed, the fork must not run on as the reaper
         os.write(2, f"jail: cannot start {command[0]}: {exc}\n".encode())
@@ -314,7 +328,7 @@ def _quiet() -> None:
     os.close(devnull)
 
 
-def _init(spec: dict[str, object], command: list[str], report: int) -> None:
+def _init(spec: dict[str, object], command: list[str], report: int, run: Run | None) -> None:
     """PID 1 of the child's PID namespace: a ``/proc`` of that namespace (in a mount
     namespace of its own, so the reaper keeps the host's), then ``command`` as PID 2, every
     orphan reaped until it ends, and its wait status written to ``report``. When this process
@@ -326,7 +340,7 @@ def _init(spec: dict[str, object], command: list[str], report: int) -> None:
         child = os.fork()
         if child == 0:
             os.close(report)
-            _start(spec, command)
+            _start(spec, command, run)
         _quiet()
         while True:
             pid, status = os.waitpid(-1, 0)
@@ -339,7 +353,7 @@ def _init(spec: dict[str, object], command: list[str], report: int) -> None:
     os._exit(0)
 
 
-def reap(spec: dict[str, object], command: list[str]) -> int:
+def reap(spec: dict[str, object], command: list[str], run: Run | None = None) -> int:
     """Run ``command`` as the spec's user in a child, kill everything left below this
     process when it ends, and end the way it did (its exit code or its signal).
 
@@ -362,8 +376,8 @@ def reap(spec: dict[str, object], command: list[str]) -> int:
     if pid == 0:
         if own_pids:
             os.close(report)
-            _init(spec, command, told)
-        _start(spec, command)
+            _init(spec, command, told, run)
+        _start(spec, command, run)
     if own_pids:
         os.close(told)
     _quiet()
@@ -391,13 +405,18 @@ def reap(spec: dict[str, object], command: list[str]) -> int:
     return os.WEXITSTATUS(status)
 
 
-def main(argv: list[str]) -> int:
+def set_dumpable(dumpable: bool) -> None:
+    """Make this process dumpable or not. Kernel code shares the reaper's uid when the worker
+    is not root (and the uid of ``--end``'s): undumpable, it cannot read or stop it through
+    ptrace or /proc."""
+    _libc.prctl(_PR_SET_DUMPABLE, int(dumpable), 0, 0, 0)
+
+
+def main(argv: list[str], run: Run | None = None) -> int:
     """Set up the mounts the spec asks for, then run the command as the sandbox user under
-    this reaper; or, with ``--end UID SECONDS``, run as that uid, end all its processes
-    (:func:`end_user`)."""
-    # Kernel code shares this process's uid when the worker is not root (and the uid of
-    # ``--end``'s): without this, it could read or stop it through ptrace or /proc.
-    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    this reaper (``run`` instead of ``exec``, as :func:`_start` says); or, with ``--end UID
+    SECONDS``, run as that uid, end all its processes (:func:`end_user`)."""
+    set_dumpable(False)
     if argv[0] == "--end":
         return end_user(int(argv[1]), float(argv[2]))
     spec = json.loads(argv[0])
@@ -413,7 +432,30 @@ def main(argv: list[str]) -> int:
             os.close(fd)
     if spec.get("network"):
         loopback_up()
-    return reap(spec, command)
+    return reap(spec, command, run)
+
+
+def unshare(options: Sequence[str]) -> None:
+    """Do in this process what ``unshare OPTIONS`` does before it runs its command (the
+    options ``sandbox.network_namespace_prefix`` gives, program name first): the namespaces,
+    with ``--map-root-user`` this user as root of the new user namespace, and every mount of a
+    new mount namespace private, as ``unshare``'s default ``--propagation private`` makes
+    them, so that nothing mounted here reaches the host's namespace."""
+    flags = 0
+    for option in options[1:]:
+        if option != "--map-root-user":
+            flags |= _UNSHARE_OPTIONS[option]
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(flags) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare {' '.join(options[1:])}: {os.strerror(errno)}")
+    if "--map-root-user" in options:
+        maps = (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1"))
+        for name, line in maps:
+            with open(f"/proc/self/{name}", "w") as handle:
+                handle.write(line)
+    if flags & _CLONE_NEWNS:
+        _mount("none", "/", None, _MS_REC | _MS_PRIVATE, None)
 
 
 if __name__ == "__main__":

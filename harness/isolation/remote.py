@@ -47,8 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from kernelwatch.harness.isolation import preload
 from kernelwatch.harness.isolation.exchange import RUNNER_ENV
 
+#: A job's child: started by ``exec``, or forked by a preload server.
+Process = subprocess.Popen[bytes] | preload.Forked
 #: The modules a job may run (``python -m MODULE``, nothing before or after): the children
 #: kernelwatch itself starts in a sandbox. A profiler's wrapper (the self-check's, trusted
 #: code only) is not among them: it runs locally or not at all.
@@ -240,7 +243,7 @@ class _Job:
     id: str
     request: Path
     result: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: Process | None = None
     killed: str = ""
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -352,12 +355,18 @@ class Runner:
         stdout = open(job.result / "stdout", "wb")  # noqa: SIM115 (closed below)
         stderr = open(job.result / "stderr", "wb")  # noqa: SIM115
         try:
-            # This runner's own Python, whatever path the trusted side's argv named.
-            proc = subprocess.Popen(
-                box.command([sys.executable, "-m", module]),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=env, cwd=box.home, start_new_session=True,
-            )  # fmt: skip
+            # This runner's own Python, whatever path the trusted side's argv named; forked
+            # by the preload server of the module where it can be, as the parent's would be.
+            argv = [sys.executable, "-m", module]
+            proc: Process | None = None
+            if preload.enabled():
+                proc = preload.start(module, box.launch(argv), env, str(box.home))
+            if proc is None:
+                proc = subprocess.Popen(
+                    box.command(argv),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    env=env, cwd=box.home, start_new_session=True,
+                )  # fmt: skip
             job.proc = proc
             assert proc.stdin and proc.stdout and proc.stderr
             threads = [
@@ -440,7 +449,7 @@ def _stderr(source: IO[bytes], sink: IO[bytes]) -> None:
         sink.flush()
 
 
-def _terminate(proc: subprocess.Popen[bytes]) -> None:
+def _terminate(proc: Process) -> None:
     """End a job the way ``child.kill`` ends a child, with this runner's shorter grace."""
     from kernelwatch.harness.isolation.child import terminate  # child.py imports this module's user
 

@@ -59,6 +59,7 @@ from kernelwatch.harness.isolation.exchange import exchange_dir, proxy_command, 
 from kernelwatch.harness.suite import SuiteRef, revision_of
 
 USER_ENV = "KERNELWATCH_SANDBOX_USER"
+JAIL = "kernelwatch.harness.isolation.jail"
 #: The uids sandboxes take, one each, when ``$KERNELWATCH_SANDBOX_USER`` names no account
 #: (root only): concurrent sandboxes (the two sides of an A/B pair, two runs on one host)
 #: are then different users, so neither can signal, trace or write the other's processes,
@@ -133,6 +134,21 @@ class Identity:
     gid: int
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How a sandboxed child starts: ``unshare`` with these options (none: no namespaces),
+    then ``jail.py`` on ``spec``, which runs ``argv`` as the sandbox user under its reaper."""
+
+    unshare: tuple[str, ...]
+    spec: dict[str, object]
+    argv: tuple[str, ...]
+
+    def command(self) -> list[str]:
+        """The command line that does it."""
+        jail_argv = [sys.executable, "-m", JAIL, json.dumps(self.spec), "--", *self.argv]
+        return [*self.unshare, "--", *jail_argv] if self.unshare else jail_argv
+
+
 @dataclass
 class Sandbox:
     """One private directory, identity and network policy, shared by the children of one
@@ -179,16 +195,24 @@ class Sandbox:
 
     def command(self, argv: list[str], own_pids: bool = True) -> list[str]:
         """``argv`` wrapped to run in fresh namespaces and as the sandbox user, always under
-        ``jail.py``'s reaper, so that nothing it starts outlives it. With a runner
-        (``exchange``), the proxy that runs ``argv`` there: the runner sandboxes it.
+        ``jail.py``'s reaper, so that nothing it starts outlives it (:meth:`launch`). With a
+        runner (``exchange``), the proxy that runs ``argv`` there: the runner sandboxes it."""
+        if self.exchange is not None:
+            return proxy_command(self.exchange, argv)
+        return self.launch(argv, own_pids).command()
+
+    def launch(self, argv: list[str], own_pids: bool = True) -> Launch:
+        """How ``argv`` starts here: the namespaces ``unshare`` makes, then ``jail.py``'s
+        spec. One description for both ways a child starts: the command line
+        (:meth:`Launch.command`) and a fork of a process that imported its libraries already
+        (``preload.py``), which makes the same namespaces itself.
 
         Each child gets a PID namespace of its own (it sees and signals no process of the
         worker's, of another run's or of the other side of an A/B pair, though all run as
         one sandbox user), unless ``own_pids`` is False: a distributed case's ranks, which
         share GPU memory through handles that name each other's processes."""
-        if self.exchange is not None:
-            return proxy_command(self.exchange, argv)
         isolated = self.namespaces and self.network
+        unshare = tuple(network_namespace_prefix(network=self.network)) if self.namespaces else ()
         if self.identity is None:
             spec: dict[str, object] = {"cwd": str(self.home)}
             if self.namespaces:
@@ -201,17 +225,7 @@ class Sandbox:
                     writable=[str(self.root)],
                     pids=own_pids,
                 )
-            jail = [
-                sys.executable,
-                "-m",
-                "kernelwatch.harness.isolation.jail",
-                json.dumps(spec),
-                "--",
-                *argv,
-            ]
-            if not self.namespaces:
-                return jail
-            return [*network_namespace_prefix(network=self.network), "--", *jail]
+            return Launch(unshare, spec, tuple(argv))
         spec = {
             "uid": self.identity.uid,
             "gid": self.identity.gid,
@@ -225,17 +239,7 @@ class Sandbox:
             "hide": [*self.hidden, tempfile.gettempdir()],
             "expose": sorted({*_python_dirs(), str(self.root), *self.exposed}),
         }
-        jail = [
-            sys.executable,
-            "-m",
-            "kernelwatch.harness.isolation.jail",
-            json.dumps(spec),
-            "--",
-            *argv,
-        ]
-        if not self.namespaces:
-            return jail
-        return [*network_namespace_prefix(network=self.network), "--", *jail]
+        return Launch(unshare, spec, tuple(argv))
 
     def suite(self, ref: SuiteRef) -> SuiteRef:
         """``ref`` as the child can import it: absolute paths (the child's working directory
@@ -505,8 +509,7 @@ def end_processes(uid: int) -> None:
     # kernelwatch comes from PYTHONPATH (a wheel unpacked on a GPU host), so does the jail.
     env = {name: os.environ[name] for name in ("PATH", "PYTHONPATH") if name in os.environ}
     ended = subprocess.run(
-        [sys.executable, "-m", "kernelwatch.harness.isolation.jail", "--end", str(uid),
-         str(END_WITHIN_S)],
+        [sys.executable, "-m", JAIL, "--end", str(uid), str(END_WITHIN_S)],
         cwd="/", env=env, capture_output=True, text=True, check=False,
         timeout=END_WITHIN_S + 30,
     )  # fmt: skip

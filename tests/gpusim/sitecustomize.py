@@ -38,6 +38,7 @@ from typing import Any
 
 TESTS = Path(__file__).resolve().parent.parent
 RUNNER = "kernelwatch.harness.isolation.kernel_child"
+PRELOAD = "kernelwatch.harness.isolation.preload"
 
 #: The H200's rates as measured on the device machine (shared/reference/gpu-timing.md): the
 #: copy and the 8192^3 bf16 GEMM on random data. One rate for every dtype: the self-check
@@ -60,8 +61,12 @@ def kernel_ns(flops: float, nbytes: float) -> float:
 
 def is_runner(argv: list[str]) -> bool:
     """Whether ``argv`` (``sys.orig_argv``) starts the kernel child: its first ``-m`` names
-    the runner (the jail's command line names it later, as the command it executes)."""
-    return "-m" in argv and argv[argv.index("-m") + 1 : argv.index("-m") + 2] == [RUNNER]
+    the runner (the jail's command line names it later, as the command it executes), or the
+    preload server whose forks become kernel children (``harness/isolation/preload.py``)."""
+    if "-m" not in argv:
+        return False
+    after = argv[argv.index("-m") + 1 :]
+    return after[:1] == [RUNNER] or after[:2] == [PRELOAD, RUNNER]
 
 
 class _Patched(importlib.abc.Loader):
