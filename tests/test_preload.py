@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from contained import contained_sandbox
 
 from kernelwatch.harness.isolation import jail, preload
 from kernelwatch.harness.isolation import sandbox as sandbox_module
@@ -22,7 +23,6 @@ from kernelwatch.harness.isolation.child import spawn, wait
 from kernelwatch.harness.isolation.sandbox import (
     Sandbox,
     SandboxError,
-    leased_identity,
     namespaces_available,
     sandbox,
 )
@@ -94,16 +94,8 @@ def contained_box() -> Iterator[Sandbox]:
     """A job's sandbox as the runner's container makes it: a leased uid, no namespaces."""
     if os.geteuid() != 0:
         pytest.skip("a leased uid needs root")
-    with leased_identity() as identity:
-        assert identity is not None
-        root = Path(tempfile.mkdtemp(prefix="kw-job-"))
-        try:
-            for sub in ("home", "tmp", "triton", "suites"):
-                (root / sub).mkdir()
-            sandbox_module._give(root, identity)
-            yield Sandbox(root, identity, namespaces=False)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+    with contained_sandbox() as box:
+        yield box
 
 
 def test_a_forked_child_is_the_child_exec_starts_in_namespaces(namespaced_box, monkeypatch):

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from contained import contained_sandbox
 
 from kernelwatch.harness.isolation import jail
 from kernelwatch.harness.isolation import sandbox as sandbox_module
@@ -128,16 +129,9 @@ def contained_job() -> Iterator[tuple[Sandbox, int]]:
     with its lease: the lease ends with the block."""
     if not Path(SYSTEM_PYTHON).exists():
         pytest.skip(f"no {SYSTEM_PYTHON} for the sandbox user to run")
-    with leased_identity() as identity:
-        assert identity is not None
-        root = Path(tempfile.mkdtemp(prefix="kw-job-"))
-        try:
-            for sub in ("home", "tmp", "triton", "suites"):
-                (root / sub).mkdir()
-            sandbox_module._give(root, identity)
-            yield SmallBox(root, identity, namespaces=False), identity.uid
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+    with contained_sandbox(SmallBox) as box:
+        assert box.identity is not None
+        yield box, box.identity.uid
 
 
 def run_job(box: Sandbox, code: str) -> float:
