@@ -51,8 +51,17 @@ def pr_check(
             "case's parameters pin that case)."
         ),
     ] = None,
+    every_case: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Time every case, also those whose build is identical at base and head.",
+        ),
+    ] = False,
 ) -> None:
     """Compare HEAD against BASE on this device: both checked, built and timed interleaved.
+    Only the kernels whose build changed are timed (the rest: "identical build: not
+    timed"; a head that changes no kernel: "no kernel changed"); --all times every case.
     Writes the PR comment (markdown) and the HTML report and prints their paths.
 
     Exit 0 no regression, 1 regression, 2 the check could not be made (or bad input), 3
@@ -86,14 +95,16 @@ def pr_check(
             workload=workload,
             dtypes=dtype,
             params=param,
+            every_case=every_case,
         ),
         unavailable=2,
     )
     if summary.error:
         fail(summary.error, code=2)
-    stderr.print(
-        f"pr-check {summary.head[:12]} vs {summary.base[:12]}: {VERDICTS[summary.outcome]}"
-    )
+    said = VERDICTS[summary.outcome]
+    if summary.verdict and summary.verdict != said:
+        said = f"{said} ({summary.verdict})"
+    stderr.print(f"pr-check {summary.head[:12]} vs {summary.base[:12]}: {said}")
     typer.echo(f"comment: {summary.comment}")
     typer.echo(f"report: {summary.report}")
     raise typer.Exit(summary.outcome)

@@ -45,14 +45,15 @@ def run_commit(
     with checkout(path, sha) as tree:
         try:
             checks = tasks.check(repo, tree.path, timeout)
-            builds = tasks.build(repo, sha, tree.path, pipeline.buildable_kernels(checks))
+            built = tasks.build(repo, sha, tree.path, pipeline.buildable_kernels(checks))
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
             return CommitOutcome(sha, "failed", error=str(exc))
         kernels = pipeline.timed_kernels(checks)
         options = pipeline.checked_options(config.bench, checks)
         gpus = config.pool(context.pool).gpus_per_node
         measurements = tasks.bench(repo, tree.path, kernels, options, timeout, gpus)
-    records = [*builds, *checks, *measurements]
+    measurements = pipeline.identified(measurements, pipeline.case_identities(repo, built))
+    records = [*built.records, *checks, *measurements]
     run = pipeline.assemble(context, commit, records, started)
     if run is None:
         return CommitOutcome(sha, "failed", error="no case ran: the suite selected nothing")

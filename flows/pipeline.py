@@ -9,14 +9,15 @@ every other case still runs. What is left here is choosing what to run and packa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kernelwatch.analysis.build_identity import CaseKey, case_key, identities
 from kernelwatch.config.settings import RepositoryConfig
 from kernelwatch.harness.build.cache import default_cache_dir
-from kernelwatch.harness.build.stage import BuildRequest, run_build
+from kernelwatch.harness.build.stage import BuildRequest, BuildResult, run_build
 from kernelwatch.harness.isolation.ab_sides import run_ab
 from kernelwatch.harness.isolation.supervise import (
     ABRequest,
@@ -48,23 +49,29 @@ def suite_at(repo: RepositoryConfig, checkout: Path) -> SuiteRef:
 
 
 def build_stage(
-    repo: RepositoryConfig, checkout: Path, kernels: Sequence[str], trusted: bool = True
-) -> list[BuildMetrics]:
-    """Cross-compile ``kernels`` for the repository's archs (none configured: nothing).
+    repo: RepositoryConfig,
+    checkout: Path,
+    kernels: Sequence[str],
+    trusted: bool = True,
+    every_dtype: bool = False,
+) -> BuildResult:
+    """Cross-compile ``kernels`` for the repository's archs (none configured: nothing), with
+    each case's recipe (every dtype the timing stage runs with ``every_dtype``).
     Unchanged kernels come from the build cache, keyed by their source; only a ``trusted``
     run (not a pull request's) adds to it."""
     if not repo.archs or not kernels:
-        return []
+        return BuildResult("", [])
     request = BuildRequest(
         suite=suite_at(repo, checkout),
         archs=repo.archs,
         kernels=tuple(kernels),
         workload=repo.build_workload or repo.workload,
         dtypes=repo.dtypes,
+        every_dtype=every_dtype,
         cache_dir=str(default_cache_dir()),
         cache_writes=trusted,
     )
-    return run_build(request).records
+    return run_build(request)
 
 
 def check_stage(
@@ -162,6 +169,24 @@ def split_ab(pairs: Iterable[ABMeasurement]) -> tuple[list[Measurement], list[Me
     case that was not timed is stored on both sides with its status and reason)."""
     sides = [pair.sides() for pair in pairs]
     return [base for base, _ in sides], [head for _, head in sides]
+
+
+def case_identities(repo: RepositoryConfig, built: BuildResult) -> dict[CaseKey, str | None]:
+    """Each built case's build identity; none where the build specialised for a workload
+    other than the timed one (its recipes are of other cases)."""
+    if (repo.build_workload or repo.workload) != repo.workload:
+        return {}
+    return identities(built.recipes, built.records)
+
+
+def identified(
+    measurements: Iterable[Measurement], ids: Mapping[CaseKey, str | None]
+) -> list[Measurement]:
+    """``measurements``, each with its case's build identity where it is known."""
+    return [
+        replace(m, build_identity=ids.get(case_key(m.case.kernel, m.case.dtype, m.case.params)))
+        for m in measurements
+    ]
 
 
 @dataclass(frozen=True)

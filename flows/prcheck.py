@@ -1,6 +1,12 @@
 """The pull-request flow: base and head built, checked and timed interleaved on one device;
 a verdict per case, the static diff, a markdown comment and an HTML report.
 
+Only the kernels a change can reach are timed: a kernel all of whose cases have the same
+build identity at base and head (the same code, launches and inputs:
+``analysis/build_identity.py``) is reported "identical build: not timed", and a head that
+changes no kernel says "no kernel changed" without timing anything; ``every_case`` times
+everything. Correctness is checked on every case of both sides either way.
+
 Before it answers, the kernels of the cases the A/B left AMBIGUOUS are timed again with twice
 the samples each round, a static change first, within ``[pr]``'s device seconds and rounds
 (``analysis/settling.py``).
@@ -22,6 +28,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
+from kernelwatch.analysis.build_identity import CaseKey, case_key, identical
 from kernelwatch.analysis.settling import settle
 from kernelwatch.analysis.static_diff import diff_builds, paired_builds
 from kernelwatch.config import settings as configuration
@@ -32,7 +39,7 @@ from kernelwatch.flows.repos import commit_info, revision
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.isolation.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.isolation.worktree import checkout
-from kernelwatch.harness.records import ABMeasurement, BuildMetrics
+from kernelwatch.harness.records import ABMeasurement, BuildMetrics, CorrectnessResult
 from kernelwatch.report import signature
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.html import write_compare_report
@@ -45,7 +52,8 @@ NO_REGRESSION, REGRESSION, ERROR, INCONCLUSIVE = 0, 1, 2, 3
 
 @dataclass(frozen=True)
 class PrCheckSummary:
-    """The outcome (0/1/2/3), the files written for people, and why when it is 2."""
+    """The outcome (0/1/2/3), the comment's verdict in words, the files written for people,
+    and why when it is 2."""
 
     repository: str
     base: str
@@ -54,6 +62,7 @@ class PrCheckSummary:
     comment: str | None = None
     report: str | None = None
     error: str | None = None
+    verdict: str = ""
 
 
 @flow(name="pr_check")
@@ -72,6 +81,7 @@ def pr_check(
     params: list[str] | None = None,
     nonce: str = "",
     github_repository: str = "",
+    every_case: bool = False,
 ) -> PrCheckSummary:
     """Compare ``head`` against ``base`` of ``repository`` on this worker's device.
     ``pr_number``, ``branch`` and ``author`` name the pull request on the PR dashboard;
@@ -94,14 +104,17 @@ def pr_check(
         try:
             checks_a = tasks.check(repo, a.path, timeout)
             checks_b = tasks.check(repo, b.path, timeout)
-            builds_a = tasks.build(
-                repo, base_sha, a.path, pipeline.buildable_kernels(checks_a), trusted=False
-            )
-            builds_b = tasks.build(
-                repo, head_sha, b.path, pipeline.buildable_kernels(checks_b), trusted=False
-            )
+            built_a = tasks.build(repo, base_sha, a.path, pipeline.buildable_kernels(checks_a),
+                                  trusted=False, every_dtype=True)  # fmt: skip
+            built_b = tasks.build(repo, head_sha, b.path, pipeline.buildable_kernels(checks_b),
+                                  trusted=False, every_dtype=True)  # fmt: skip
+            builds_a, builds_b = built_a.records, built_b.records
             passed_a = set(pipeline.timed_kernels(checks_a))
-            kernels = tuple(k for k in pipeline.timed_kernels(checks_b) if k in passed_a)
+            passed = tuple(k for k in pipeline.timed_kernels(checks_b) if k in passed_a)
+            ids_a = pipeline.case_identities(repo, built_a)
+            ids_b = pipeline.case_identities(repo, built_b)
+            same = frozenset() if every_case else identical(ids_a, ids_b)
+            kernels = changed(passed, checks_b, same)
             gpus = config.pool(pool).gpus_per_node
             pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
 
@@ -115,6 +128,7 @@ def pr_check(
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
             return _error(repo.name, to, str(exc))
     side_a, side_b = pipeline.split_ab(pairs)
+    side_a, side_b = pipeline.identified(side_a, ids_a), pipeline.identified(side_b, ids_b)
     run_a = pipeline.assemble(
         context, commit_info(path, base_sha), [*builds_a, *checks_a, *side_a], started
     )
@@ -132,7 +146,7 @@ def pr_check(
             return _error(repo.name, to, "the store is unreachable; the runs were spooled")
     with tasks.store_connection() as conn:
         comparison = comparison_from_runs(
-            conn, run_a.info.run_id, run_b.info.run_id, config.thresholds
+            conn, run_a.info.run_id, run_b.info.run_id, config.thresholds, same
         )
         comparison = replace(comparison, notes=(*comparison.notes, *settled.notes()))
         report = write_compare_report(conn, comparison, out, sources=repository_sources(config))
@@ -144,9 +158,21 @@ def pr_check(
     markdown = pr_comment(comparison, report_link=link)
     comment.write_text(markdown)
     _publish(markdown, repo.name, to)
-    return PrCheckSummary(
-        repo.name, base_sha, head_sha, comparison.outcome, str(comment), str(report)
-    )
+    return PrCheckSummary(repo.name, base_sha, head_sha, comparison.outcome, str(comment),
+                          str(report), verdict=check.verdict)  # fmt: skip
+
+
+def changed(
+    kernels: Sequence[str], checks: Sequence[CorrectnessResult], same: frozenset[CaseKey]
+) -> tuple[str, ...]:
+    """The ``kernels`` to time: those with a checked case whose build is not known to be
+    identical (a kernel is timed whole: any of its cases may be the one that changed)."""
+    untouched = {k: True for k in kernels}
+    for check in checks:
+        case = check.case
+        if case.kernel in untouched and case_key(case.kernel, case.dtype, case.params) not in same:
+            untouched[case.kernel] = False
+    return tuple(k for k in kernels if not untouched[k])
 
 
 def changed_kernels(base: Sequence[BuildMetrics], head: Sequence[BuildMetrics]) -> frozenset[str]:

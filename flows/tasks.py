@@ -37,9 +37,11 @@ from kernelwatch.config.settings import RepositoryConfig, load
 from kernelwatch.flows import pipeline
 from kernelwatch.flows.detection import PassReport, detect_and_alert
 from kernelwatch.flows.repos import InfrastructureError, sync
+from kernelwatch.harness.build.stage import BuildResult
 from kernelwatch.harness.records import (
     ABMeasurement,
     BuildMetrics,
+    CaseRecipe,
     CorrectnessResult,
     Measurement,
 )
@@ -112,6 +114,7 @@ def _build_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
         ",".join(parameters["kernels"]),
         ",".join(repo.dtypes),
         repo.build_workload or repo.workload,
+        "every-dtype" if parameters.get("every_dtype") else "served-dtypes",
         f"h{HARNESS_VERSION}",
         f"triton{version('triton')}",
     )
@@ -141,9 +144,15 @@ def sync_repository(repo: RepositoryConfig) -> Path:
     **_RETRY,
 )
 def _build(
-    repo: RepositoryConfig, sha: str, checkout: Path, kernels: tuple[str, ...], trusted: bool
+    repo: RepositoryConfig,
+    sha: str,
+    checkout: Path,
+    kernels: tuple[str, ...],
+    trusted: bool,
+    every_dtype: bool = False,
 ) -> list[dict[str, Any]]:
-    return [r.to_json() for r in pipeline.build_stage(repo, checkout, kernels, trusted)]
+    built = pipeline.build_stage(repo, checkout, kernels, trusted, every_dtype)
+    return [r.to_json() for r in (*built.records, *built.recipes)]
 
 
 def build(
@@ -152,11 +161,16 @@ def build(
     checkout: Path,
     kernels: tuple[str, ...],
     trusted: bool = True,
-) -> list[BuildMetrics]:
-    """Cross-compile one commit's ``kernels`` for the repository's archs. A commit nobody
-    has reviewed (a pull request's, ``trusted`` False) reads the caches but adds nothing to
-    the ones nightly runs reuse."""
-    return [BuildMetrics.from_json(r) for r in _build(repo, sha, checkout, kernels, trusted)]
+    every_dtype: bool = False,
+) -> BuildResult:
+    """Cross-compile one commit's ``kernels`` for the repository's archs, with each case's
+    recipe (of every dtype the timing stage runs, with ``every_dtype``). A commit nobody has
+    reviewed (a pull request's, ``trusted`` False) reads the caches but adds nothing to the
+    ones nightly runs reuse."""
+    stored = _build(repo, sha, checkout, kernels, trusted, every_dtype)
+    records = [BuildMetrics.from_json(r) for r in stored if r.get("kind") == BuildMetrics.KIND]
+    recipes = [CaseRecipe.from_json(r) for r in stored if r.get("kind") == CaseRecipe.KIND]
+    return BuildResult(repo.name, records, recipes)
 
 
 @task(name="check", **_UNCACHED)

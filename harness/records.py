@@ -367,7 +367,9 @@ class Measurement(JsonRecord, kind="measurement"):
     pinned config, on a device that cannot autotune) or ``heuristic`` (the kernel chose
     without a tuning space). ``sm_clock_mhz`` is the SM clock over each sample, as the GPU
     measured it (NVML's reading where it could not); a sample is ``throttled`` when that
-    clock was below 75% of the device's maximum.
+    clock was below 75% of the device's maximum. ``build_identity`` is the case's build
+    identity (``analysis/build_identity.py``), set by the parent where it is known: equal
+    on two measurements, they ran the same GPU work.
     """
 
     case: CaseId
@@ -395,6 +397,7 @@ class Measurement(JsonRecord, kind="measurement"):
     world: WorldInfo | None = None
     bandwidth: Bandwidth | None = None
     failed_ranks: tuple[int, ...] = ()
+    build_identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -447,7 +450,9 @@ class BuildMetrics(JsonRecord, kind="build"):
 
     ``status`` is ``ok`` or ``error`` (``reason`` one line, ``detail`` the compiler output).
     ``tensor_core`` is the instruction class found in the SASS: ``HGMMA``, ``QGMMA``,
-    ``tcgen05``, ``UTCQMMA``, ``HMMA`` or ``none``. The artifact's identity is ``cubin_sha256``.
+    ``tcgen05``, ``UTCQMMA``, ``HMMA`` or ``none``. The artifact's identity is ``cubin_sha256``;
+    ``sass_sha256`` is the function's instruction stream alone (the same code with its debug
+    line table moved has the same one).
     One kernel launches with a different specialisation (divisibility by 16, unit strides,
     arguments equal to 1) for different shapes: ``dtype`` and ``case`` (the label of the first
     case of ``workload`` that compiles to this specialisation) tell those builds apart, and
@@ -483,6 +488,7 @@ class BuildMetrics(JsonRecord, kind="build"):
     cubin_bytes: int | None = None
     cubin_sha256: str | None = None
     source_hash: str | None = None
+    sass_sha256: str | None = None
     compile_s: float = 0.0
     cached: bool = False
     toolchain: Mapping[str, str] = field(default_factory=dict)
@@ -496,6 +502,46 @@ class BuildMetrics(JsonRecord, kind="build"):
     def __post_init__(self) -> None:
         if self.family is None:  # as on CaseId: an older record, or one made without the spec
             object.__setattr__(self, "family", default_family(self.kernel))
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    """One launch of a case for one target, as the build stage recorded it: ``position``
+    in the case's launch sequence (an autotuner's candidates share one), the build that
+    compiled it (the :class:`BuildMetrics` of ``kernel``, the case's dtype, ``build_case``,
+    ``build_index``, ``config`` and ``arch``: a specialisation several cases share is built
+    once, under the first), and its ``work``: the grid and every argument as text, None
+    when the recorder could not describe them."""
+
+    arch: str
+    position: int
+    function: str
+    build_case: str
+    build_index: int
+    config: LaunchConfig | None
+    work: str | None
+
+
+@dataclass(frozen=True)
+class CaseRecipe(JsonRecord, kind="recipe"):
+    """What one case (``kernel``, ``dtype``, ``params`` of ``workload``, ``case`` their
+    label) runs on the GPU, as recorded on the meta device by the build stage, for every
+    config and target: its launches in order, and ``host``, a digest of the rest (the
+    inputs' shapes and the code that makes them, the device work the host code does between
+    launches, the environment). ``unknown`` says why the case cannot be identified ("" when
+    it can): a library call in its launch, an argument or input the recorder cannot
+    describe. With the builds it names, it gives the case's build identity
+    (``analysis/build_identity.py``)."""
+
+    suite: str
+    kernel: str
+    dtype: str
+    workload: str
+    case: str
+    params: Mapping[str, int | float | str | bool]
+    steps: tuple[LaunchStep, ...]
+    host: str
+    unknown: str = ""
 
 
 @dataclass(frozen=True)

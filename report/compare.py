@@ -11,12 +11,13 @@ and build is judged by its kernel's thresholds (``analysis.thresholds``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
 import psycopg
 
+from kernelwatch.analysis.build_identity import CaseKey, case_key
 from kernelwatch.analysis.shift_test import counted_samples
 from kernelwatch.analysis.static_diff import Finding, diff_builds
 from kernelwatch.analysis.thresholds import Thresholds, VerdictConfig
@@ -36,6 +37,9 @@ from kernelwatch.store.report_queries import (
 )
 
 Outcome = Literal[0, 1, 2, 3]
+#: The verdict of a case whose build was identical on both sides, and what it means.
+IDENTICAL = "IDENTICAL"
+UNTIMED = "identical build: not timed"
 #: The correctness verdicts that count as failures.
 FAILED = ("fail", "error")
 _DEFAULT = Thresholds()
@@ -74,7 +78,9 @@ class Comparison:
     (nothing in common, different device models); ``notes`` qualify one that was made (a
     kernel judged by thresholds of its own among them). ``correctness_failures`` are the
     cases that fail or error at head but not at base; ``already_failing`` those that
-    failed at base too (shown, not blamed on the head)."""
+    failed at base too (shown, not blamed on the head). ``untimed`` are the head's checked
+    cases whose build identity was the same on both sides, so they were not timed
+    (``analysis/build_identity.py``): a verdict of their own."""
 
     base: RunHeader
     head: RunHeader
@@ -87,6 +93,7 @@ class Comparison:
     problem: str
     notes: tuple[str, ...]
     already_failing: tuple[CorrectnessRow, ...] = ()
+    untimed: tuple[CorrectnessRow, ...] = ()
 
     def with_verdict(self, name: str) -> list[CaseComparison]:
         """The cases with verdict ``name`` (``ERROR``: not compared), worst first: by the
@@ -151,20 +158,35 @@ def pr_findings(comparison: Comparison) -> list[PrFinding]:
         PrFinding("correctness", f.kernel, f.case_label, f.dtype, f.verdict, detail=f.reason)
         for f in comparison.correctness_failures
     ]
+    found += [
+        PrFinding("timing", c.kernel, c.case_label, c.dtype, IDENTICAL, detail=UNTIMED)
+        for c in comparison.untimed
+    ]
     return found
 
 
 def comparison_from_runs(
-    conn: psycopg.Connection, base_run_id: str, head_run_id: str, thresholds: Thresholds
+    conn: psycopg.Connection,
+    base_run_id: str,
+    head_run_id: str,
+    thresholds: Thresholds,
+    identical: Collection[CaseKey] = (),
 ) -> Comparison:
     """Compare the stored run ``head_run_id`` against ``base_run_id`` with the configured
-    ``thresholds``. Raises ``store.report_queries.RunNotFound`` when either run is not
-    stored."""
-    return compare_runs(_side(conn, base_run_id), _side(conn, head_run_id), thresholds)
+    ``thresholds``; ``identical`` are the cases left untimed for an identical build. Raises
+    ``store.report_queries.RunNotFound`` when either run is not stored."""
+    return compare_runs(_side(conn, base_run_id), _side(conn, head_run_id), thresholds, identical)
 
 
-def compare_runs(base: RunSide, head: RunSide, thresholds: Thresholds = _DEFAULT) -> Comparison:
-    """The comparison of two runs already read from the store."""
+def compare_runs(
+    base: RunSide,
+    head: RunSide,
+    thresholds: Thresholds = _DEFAULT,
+    identical: Collection[CaseKey] = (),
+) -> Comparison:
+    """The comparison of two runs already read from the store. The head's checked cases in
+    ``identical`` (``analysis.build_identity.case_key``) that head did not measure are
+    ``untimed``."""
     head_by_key = {m.series_key: m for m in head.measurements}
     base_keys = {m.series_key for m in base.measurements}
     cases = tuple(
@@ -180,6 +202,11 @@ def compare_runs(base: RunSide, head: RunSide, thresholds: Thresholds = _DEFAULT
     )
     failed_at_base = {_case(c) for c in base.correctness if c.verdict in FAILED}
     failed = [c for c in head.correctness if c.verdict in FAILED]
+    measured = {case_key(m.kernel, m.dtype, m.params) for m in head.measurements}
+    untimed = tuple(
+        c for c in head.correctness
+        if (key := case_key(c.kernel, c.dtype, c.params)) in identical and key not in measured
+    )  # fmt: skip
     return Comparison(
         base=base.header,
         head=head.header,
@@ -189,9 +216,10 @@ def compare_runs(base: RunSide, head: RunSide, thresholds: Thresholds = _DEFAULT
         only_head=tuple(m for m in head.measurements if m.series_key not in base_keys),
         static=tuple(diff_builds(base.builds, head.builds, thresholds)),
         correctness_failures=tuple(c for c in failed if _case(c) not in failed_at_base),
-        problem=_problem(base.header, head.header, cases),
+        problem=_problem(base.header, head.header, cases, untimed),
         notes=_notes(base.header, head.header) + _own_thresholds(cases, thresholds),
         already_failing=tuple(c for c in failed if _case(c) in failed_at_base),
+        untimed=untimed,
     )
 
 
@@ -235,7 +263,12 @@ def _compare_case(
     return CaseComparison(base, head, verdict)
 
 
-def _problem(base: RunHeader, head: RunHeader, cases: Sequence[CaseComparison]) -> str:
+def _problem(
+    base: RunHeader,
+    head: RunHeader,
+    cases: Sequence[CaseComparison],
+    untimed: Sequence[CorrectnessRow] = (),
+) -> str:
     if base.repository != head.repository:
         return f"the runs are of different repositories ({base.repository}, {head.repository})"
     if base.device.name != head.device.name:
@@ -243,9 +276,9 @@ def _problem(base: RunHeader, head: RunHeader, cases: Sequence[CaseComparison]) 
             f"base ran on {base.device.name} and head on {head.device.name}: an A/B "
             "comparison needs one device"
         )
-    if not cases:
+    if not cases and not untimed:
         return "the runs have no measured case in common"
-    if all(c.verdict is None for c in cases):
+    if cases and all(c.verdict is None for c in cases):
         return f"none of the {len(cases)} cases in common could be compared (see errors)"
     return ""
 

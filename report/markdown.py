@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernelwatch.report import format as fmt
-from kernelwatch.report.compare import CaseComparison, Comparison
+from kernelwatch.report.compare import UNTIMED, CaseComparison, Comparison
 from kernelwatch.store.report_queries import CorrectnessRow
 
 #: GitHub refuses a comment body longer than this many characters.
@@ -62,21 +62,26 @@ def merge_verdict(c: Comparison) -> str:
     """The comment's verdict in words, as its headline gives it (and the PR dashboard)."""
     if c.outcome == 2:
         return f"could not compare this PR: {c.problem}"
+    untimed = _count(len(c.untimed), "case", "cases") + " " + UNTIMED if c.untimed else ""
     if c.outcome == 1:
         found = [
             _count(len(c.slower), "case slower", "cases slower"),
             _count(len(c.static), "static regression", "static regressions"),
             _count(len(c.correctness_failures), "correctness failure", "correctness failures"),
         ]
-        return ", ".join(f for f in found if f)
+        return ", ".join(f for f in (*found, untimed) if f)
     faster = f" ({len(c.faster)} faster)" if c.faster else ""
     # An unsettled case is no verdict: "no regression" above it would read as one.
     ambiguous = len(c.with_verdict("AMBIGUOUS"))
     if ambiguous:
-        return (
+        verdict = (
             f"{_count(ambiguous, 'case inconclusive', 'cases inconclusive')}, none slower{faster}"
         )
-    return f"no regression{faster}"
+    elif c.untimed and not c.cases:
+        return f"no kernel changed: {untimed}"
+    else:
+        verdict = f"no regression{faster}"
+    return f"{verdict}; {untimed}" if untimed else verdict
 
 
 def _headline(c: Comparison) -> str:
@@ -90,7 +95,9 @@ def _headline(c: Comparison) -> str:
     device = c.head.device
     lines.append(
         f"`{fmt.sha(c.base.commit_sha)}` → `{fmt.sha(c.head.commit_sha)}` on {_text(device.name)} "
-        f"({_text(device.host)}) · {len(c.cases)} cases compared · verdicts at "
+        f"({_text(device.host)}) · {len(c.cases)} cases compared"
+        + (f" · {len(c.untimed)} not timed (identical build)" if c.untimed else "")
+        + " · verdicts at "
         f"±{c.verdict_config.margin:.1%} with {c.verdict_config.confidence:.0%} CIs"
     )
     lines.extend(f"> {_text(note)}" for note in c.notes)

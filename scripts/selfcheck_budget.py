@@ -133,9 +133,8 @@ class Compiles:
         if cases is not None:
             specs = [replace(s, workloads={workload: tuple(cases[s.name])}) for s in specs
                      if s.name in cases]  # fmt: skip
-        jobs, _ = plan_builds(replace(self.suite, kernels=tuple(specs)), [], workload,
-                              [self.dtype], [ARCH])  # fmt: skip
-        return jobs
+        return plan_builds(replace(self.suite, kernels=tuple(specs)), [], workload,
+                           [self.dtype], [ARCH]).jobs  # fmt: skip
 
     def take(
         self, workload: str, cases: Sequence[tuple[KernelSpec, Params]], autotune: bool = True

@@ -186,7 +186,9 @@ MEASUREMENTS = Table(
         "device": _RUN_DEVICE,
         "software": _RUN_SOFTWARE,
     },
-    extra=(*_DISTRIBUTED, "bandwidth.collective", "bandwidth.bus_factor"),
+    # build_identity: what the case ran on the GPU (analysis/build_identity.py), compared
+    # between measurements, never filtered on alone.
+    extra=(*_DISTRIBUTED, "bandwidth.collective", "bandwidth.bus_factor", "build_identity"),
 )
 
 CORRECTNESS = Table(
@@ -260,6 +262,9 @@ BUILDS = Table(
         given("extra", "jsonb"),
     ),
     {},
+    # The function's SASS hash: what a case's build identity compares (the cubin's changes
+    # with its debug line table), not a column anyone filters on.
+    ("sass_sha256",),
 )
 
 RUNS = Table(

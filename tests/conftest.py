@@ -80,6 +80,7 @@ END_TO_END = (
     "test_flows_cli.py",
     "test_security_bad_input.py",
     "test_build.py",
+    "test_identity_builds.py",
     "test_kernel_imports.py",
     "test_remote_runner.py",
     "test_prefect_server.py",

@@ -192,7 +192,7 @@ import json, sys
 from kernelwatch.analysis.static_diff import build_key
 from kernelwatch.harness.build.plan import plan_builds
 from kernelwatch.kernels import SUITE
-jobs, failures = plan_builds(SUITE, sys.argv[1:], "llm", ("fp16",), ("sm_90a",))
+jobs, failures, _ = plan_builds(SUITE, sys.argv[1:], "llm", ("fp16",), ("sm_90a",))
 keys = [build_key(j.skeleton("builtin")) for j in jobs]
 print(json.dumps({"failures": [f.reason for f in failures],
                   "functions": sorted({(j.kernel, j.launch.function) for j in jobs}),

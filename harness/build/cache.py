@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from kernelwatch.harness.records import BuildMetrics, RecordError
 
 #: Bump when what is measured from a cubin changes, so older entries are not reused.
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2
 ENV_VAR = "KERNELWATCH_BUILD_CACHE"
 
 

@@ -13,6 +13,11 @@ the ``meta`` device (shapes and strides, no memory, so LLM-sized cases cost noth
   built at each config even when its spec declares none;
 - ``CudaKernel.launch`` keeps the CUDA C++ entry point and block size.
 
+Each launch also keeps its ``work``: the grid it would run and every argument (a tensor's
+shape, strides and dtype; a scalar's value). With the compiled code, that is what a case
+runs on the GPU, the case's build identity (``analysis/build_identity.py``).
+:func:`host_ops` records what else the host code does on the device between launches.
+
 Nothing is compiled or run while recording; only this child process imports kernel code.
 """
 
@@ -22,6 +27,9 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelwatch.harness.cuda_kernel import CudaKernel
 from kernelwatch.harness.records import LaunchConfig
@@ -40,6 +48,7 @@ class TritonLaunch:
     attrs: dict[tuple[int, ...], Any]
     options: dict[str, Any]
     config: LaunchConfig | None = None
+    work: str | None = None
 
     @property
     def function(self) -> str:
@@ -69,6 +78,7 @@ class CudaLaunch:
     block: tuple[int, int, int]
     shared_bytes: int
     config: LaunchConfig | None = None
+    work: str | None = None
 
     @property
     def function(self) -> str:
@@ -105,7 +115,6 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
     """Record launches instead of running them (see the module docstring). With a
     ``capability`` (90 for sm_90a), ``torch.cuda.get_device_capability`` answers it, so a
     host wrapper's architecture-dependent choices are those of that target."""
-    import torch
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
     from triton.runtime.autotuner import Autotuner
@@ -124,7 +133,13 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
         compile_options = {k: kwargs[k] for k in _TRITON_OPTIONS if kwargs.get(k) is not None}
         recorder.add(
             TritonLaunch(
-                self, signature, constexprs, attrs, compile_options, recorder.autotune_config
+                self,
+                signature,
+                constexprs,
+                attrs,
+                compile_options,
+                recorder.autotune_config,
+                work(grid, bound),
             )
         )
 
@@ -147,7 +162,10 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
         args: Any,
         shared_bytes: int = 0,
     ) -> None:
-        recorder.add(CudaLaunch(self, entry, tuple(block), shared_bytes))
+        arguments = dict(enumerate(args)) if isinstance(args, (list, tuple)) else {"args": args}
+        recorder.add(
+            CudaLaunch(self, entry, tuple(block), shared_bytes, work=work(grid, arguments))
+        )
 
     patches: tuple[tuple[Any, str, Any], ...] = (
         (JITFunction, "run", jit_run),
@@ -165,3 +183,84 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
     finally:
         for cls, name, original in saved:
             setattr(cls, name, original)
+
+
+def work(grid: Any, arguments: dict[Any, Any]) -> str | None:
+    """The grid (a callable one evaluated as Triton does, on the bound arguments) and every
+    argument, as stable text; None when either cannot be described (then the case's
+    identity is unknown, and it counts as changed)."""
+    try:
+        if callable(grid):
+            grid = grid(arguments)
+        cells = tuple(int(g) for g in grid)
+        described = [(str(name), describe(value)) for name, value in arguments.items()]
+    except Exception:  # a grid or an argument this recorder cannot read
+        return None
+    return repr((cells, described))
+
+
+def describe(value: Any) -> Any:
+    """``value`` as what decides a launch's work: a tensor's shape, strides, offset and
+    dtype (never its data: there is none on the meta device), a scalar's value, a
+    descriptor's fields. ValueError for anything else."""
+    if isinstance(value, torch.Tensor):
+        return (
+            "tensor",
+            tuple(value.shape),
+            value.stride(),
+            value.storage_offset(),
+            str(value.dtype),
+        )
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return ("float", value.hex())
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    if isinstance(value, (torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(describe(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((repr(describe(k)), describe(v)) for k, v in value.items())))
+    kind = type(value)
+    if kind.__module__.startswith("triton"):
+        # tl.float16 and friends, constexpr wrappers and tensor descriptors: their fields
+        fields = getattr(value, "__dict__", None)
+        if fields is None:
+            return (kind.__qualname__, repr(value))
+        return (kind.__qualname__, tuple((k, describe(v)) for k, v in sorted(fields.items())))
+    raise ValueError(f"cannot describe a {kind.__qualname__} argument")
+
+
+class HostOps(TorchDispatchMode):
+    """The device operations a host wrapper runs around its launches (``aten`` ops on the
+    meta device). Allocation, views, copies and pointwise ops are described with their
+    arguments: torch's own kernels for those are fixed by the torch version and the shapes.
+    Anything else (a matmul, an attention call: a library's kernel that no build covers)
+    makes ``library`` name it, and the case's identity is unknown."""
+
+    _MEMORY = frozenset(
+        {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+         "zeros_like", "zero_", "fill_", "full", "full_like", "ones", "ones_like", "clone",
+         "copy_", "_to_copy", "arange", "lift_fresh"}
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+        self.library: str | None = None
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if func.is_view or name in self._MEMORY or torch.Tag.pointwise in func.tags:
+            try:
+                self.ops.append(repr((str(func), describe(args), describe(sorted(kwargs.items())))))
+            except ValueError:
+                self.library = self.library or str(func)
+        else:
+            self.library = self.library or str(func)
+        return func(*args, **kwargs)

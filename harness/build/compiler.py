@@ -117,6 +117,7 @@ _MEASURED = (
     "opcodes",
     "cubin_bytes",
     "cubin_sha256",
+    "sass_sha256",
     "compile_s",
 )
 
@@ -253,6 +254,7 @@ def _measure(
         opcodes=f.mix.opcodes,
         cubin_bytes=len(artifact.cubin),
         cubin_sha256=hashlib.sha256(artifact.cubin).hexdigest(),
+        sass_sha256=f.code_sha256,
         source_hash=source,
         compile_s=round(artifact.seconds, 4),
         toolchain=toolchain,

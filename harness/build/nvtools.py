@@ -32,6 +32,7 @@ class FunctionMetrics:
     spill_store_bytes: int
     spill_load_bytes: int
     mix: sass.InstructionMix
+    code_sha256: str | None = None
 
 
 @functools.cache
@@ -73,7 +74,9 @@ def analyse_cubin(cubin: bytes, ptxas_log: str) -> dict[str, FunctionMetrics]:
         f.write(cubin)
         f.flush()
         usage = sass.parse_resource_usage(_cuobjdump("--dump-resource-usage", f.name))
-        opcodes = sass.parse_sass(_cuobjdump("-sass", f.name))
+        listing = _cuobjdump("-sass", f.name)
+    opcodes = sass.parse_sass(listing)
+    code = sass.code_hashes(listing)
     spills = sass.parse_ptxas_log(ptxas_log)
     metrics = {}
     for name, res in usage.items():
@@ -85,6 +88,7 @@ def analyse_cubin(cubin: bytes, ptxas_log: str) -> dict[str, FunctionMetrics]:
             spill_store_bytes=spill.store_bytes,
             spill_load_bytes=spill.load_bytes,
             mix=sass.instruction_mix(opcodes.get(name, {})),
+            code_sha256=code.get(name),
         )
     return metrics
 

@@ -8,6 +8,7 @@ memory) and ``cuobjdump -sass`` (the instruction stream). Running the tools is
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -42,6 +43,8 @@ _PTXAS_SPILLS = re.compile(
 _RESOURCE_FUNCTION = re.compile(r"^\s*Function ([\w$.]+):")
 _RESOURCE_FIELD = re.compile(r"([A-Z]+(?:\[\d+\])?):(\d+)")
 _SASS_FUNCTION = re.compile(r"^\s*Function : ([\w$.]+)")
+#: What ends a function's code in a SASS dump: the next target's or file's header.
+_SASS_CODE_END = re.compile(r"^\s*(?:code for sm_|Fatbin |\.target\b)")
 _SASS_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)")
 
 
@@ -129,6 +132,25 @@ def parse_sass(text: str) -> dict[str, Counter[str]]:
         if instruction and current is not None:
             current[instruction.group(1)] += 1
     return functions
+
+
+def code_hashes(text: str) -> dict[str, str]:
+    """The SHA-256 of each function's instruction stream (its lines of a SASS dump: addresses,
+    instructions and their encodings). Unlike the cubin's hash it ignores the debug line
+    table, so a comment or a blank line added above the code is the same code."""
+    lines: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        header = _SASS_FUNCTION.match(line)
+        if header:
+            current = lines.setdefault(header.group(1), [])
+        elif _SASS_CODE_END.match(line):
+            current = None
+        elif current is not None and line.strip():
+            current.append(line.strip())
+    return {
+        name: hashlib.sha256("\n".join(code).encode()).hexdigest() for name, code in lines.items()
+    }
 
 
 def instruction_mix(opcodes: Mapping[str, int]) -> InstructionMix:

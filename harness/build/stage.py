@@ -33,7 +33,7 @@ from kernelwatch.harness.isolation.child import (
     wait,
 )
 from kernelwatch.harness.isolation.sandbox import Sandbox, sandbox
-from kernelwatch.harness.records import BuildMetrics, RecordError
+from kernelwatch.harness.records import BuildMetrics, CaseRecipe, RecordError
 from kernelwatch.harness.suite import SuiteRef
 
 #: The workload whose shapes decide the specialisation (a spec without it uses its first).
@@ -74,6 +74,7 @@ class BuildRequest:
     kernels: Sequence[str] = ()
     workload: str = DEFAULT_WORKLOAD
     dtypes: Sequence[str] = ()
+    every_dtype: bool = False
     cache_dir: str | None = None
     cache_writes: bool = True
     workers: int = field(default_factory=default_workers)
@@ -86,6 +87,7 @@ class BuildRequest:
             "kernels": list(self.kernels),
             "workload": self.workload,
             "dtypes": list(self.dtypes),
+            "every_dtype": self.every_dtype,
             "archs": list(self.archs),
             "cache": self.cache_dir is not None,
             "worker": worker,
@@ -96,8 +98,12 @@ class BuildRequest:
 
 @dataclass(frozen=True)
 class BuildResult:
+    """The build records, and each recorded case's recipe (none where the build child
+    died before sending them: those cases have no identity)."""
+
     suite: str
     records: list[BuildMetrics]
+    recipes: list[CaseRecipe] = field(default_factory=list)
 
 
 def run_build(
@@ -126,6 +132,7 @@ def run_build(
         for thread in threads:
             thread.start()
         records: dict[int, BuildMetrics] = {}
+        recipes: list[CaseRecipe] = []
         plans: set[tuple[str, int]] = set()
         fatal: str | None = None
         running = len(threads)
@@ -135,6 +142,8 @@ def run_build(
                 running -= 1
             elif event[0] == "fatal":
                 fatal = fatal or event[1]
+            elif event[0] == "recipes":
+                recipes = recipes or event[1]
             elif event[0] == "plan":
                 if not plans and on_plan is not None:
                     on_plan(event[2])
@@ -151,7 +160,7 @@ def run_build(
             f"the build children disagree on the builds ({sorted(plans)}); is the suite "
             "deterministic?"
         )
-    return BuildResult(plans.pop()[0], [records[i] for i in sorted(records)])
+    return BuildResult(plans.pop()[0], [records[i] for i in sorted(records)], recipes)
 
 
 def _worker(
@@ -232,6 +241,8 @@ def _run_child(
                     continue
                 if kind == "plan":
                     events.put(("plan", event["suite"], int(event["tasks"])))
+                elif kind == "recipes":
+                    events.put(("recipes", _recipes(event.get("recipes"))))
                 elif kind == "begin":
                     current = (int(event["task"]), event["record"])
                 elif kind == "result":
@@ -257,6 +268,15 @@ def _serve_cache(event: dict[str, Any], cache: BuildCache | None, writes: bool, 
     elif cache is not None and writes:
         with contextlib.suppress(ValueError, RecordError):
             cache.put(key, BuildMetrics.from_json(event["record"]))
+
+
+def _recipes(data: Any) -> list[CaseRecipe]:
+    """The child's recipes; none when any is malformed (the cases then have no identity,
+    and count as changed)."""
+    try:
+        return [CaseRecipe.from_json(r) for r in data]
+    except (TypeError, RecordError):
+        return []
 
 
 def _fail(

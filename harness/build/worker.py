@@ -7,9 +7,11 @@ Protocol: a JSON plan on stdin (``BuildRequest.plan``); JSON lines on stdout:
 ``{"event": "plan", "suite": NAME, "tasks": N}``, then for each task this worker owns
 (see ``main``, minus ``skip``) ``{"event": "begin", "task": i, "record": {...}}``
 (the record's identity, for the parent to report if this process dies) and
-``{"event": "result", "task": i, "record": {...}}``. The build cache is the parent's: the
-worker asks ``{"event": "lookup", "key": K}`` and reads ``{"record": {...} | null}`` on its
-stdin, and offers a fresh build with ``{"event": "store", "key": K, "record": {...}}``.
+``{"event": "result", "task": i, "record": {...}}``. Worker 0 also sends every case's
+recipe, once, after the plan: ``{"event": "recipes", "recipes": [{...}, ...]}``. The build
+cache is the parent's: the worker asks ``{"event": "lookup", "key": K}`` and reads
+``{"record": {...} | null}`` on its stdin, and offers a fresh build with
+``{"event": "store", "key": K, "record": {...}}``.
 A suite that cannot be imported ends with ``{"event": "fatal", "message": "..."}``.
 """
 
@@ -54,11 +56,18 @@ def main() -> int:
     if bad:
         emit({"event": "fatal", "message": f"unknown dtype {bad[0]!r}; valid: {', '.join(DTYPES)}"})
         return EXIT_FATAL
-    jobs, failures = plan_builds(
-        suite, plan["kernels"], plan["workload"], plan["dtypes"], plan["archs"]
+    jobs, failures, recipes = plan_builds(
+        suite,
+        plan["kernels"],
+        plan["workload"],
+        plan["dtypes"],
+        plan["archs"],
+        plan.get("every_dtype", False),
     )
     tasks: list[Any] = [*failures, *jobs]
     emit({"event": "plan", "suite": suite.name, "tasks": len(tasks)})
+    if plan["worker"] == 0:
+        emit({"event": "recipes", "recipes": [r.to_json() for r in recipes]})
     cache = ParentCache(emit) if plan["cache"] else None
     skip = set(plan["skip"])
     families = {spec.name: spec.family for spec in suite.kernels}

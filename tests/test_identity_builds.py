@@ -1,0 +1,81 @@
+"""Issue 48: a case's build identity from real builds of a suite edited one way at a time.
+An edit that leaves the GPU work as it was (a comment inside a kernel, the module's
+docstring) keeps every case's identity; one that changes it (a launch grid with the same
+code, a helper ``@triton.jit`` function, a workload's shapes, how inputs are made) changes
+the identity of the cases it reaches and no other; a library call in a launch makes the
+case's identity unknown, which never equals anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelwatch.analysis.build_identity import case_key, identical, identities
+from kernelwatch.harness.build.stage import BuildRequest, BuildResult, run_build
+from kernelwatch.harness.suite import SuiteRef
+
+SUITE = Path(__file__).parent / "planted" / "identity_suite.py"
+SCALE, COPY = case_key("scale", "fp32", {"n": 70}), case_key("copy", "fp32", {"n": 40})
+
+#: Each edit of the suite's text (old -> new), and the cases whose identity it must change.
+EDITS = {
+    "a comment line inside a kernel": (
+        "    tl.store(y_ptr + offs, _twice(x), mask=mask)",
+        "    # the doubling is its own function, shared with other kernels\n"
+        "    tl.store(y_ptr + offs, _twice(x), mask=mask)",
+        set(),
+    ),
+    "the module's docstring": ('"""A two-kernel suite', '"""A small two-kernel suite', set()),
+    "only a launch grid, the same code": ("GRID_EXTRA = 0", "GRID_EXTRA = 1", {SCALE}),
+    "a helper @triton.jit function the kernel calls": (
+        "return x * 2.0",
+        "return x * 3.0",
+        {SCALE},
+    ),
+    "a workload's shapes": ('SCALE_CASES = ({"n": 70},)', 'SCALE_CASES = ({"n": 90},)', {SCALE}),
+    "how the inputs are made": ("torch.randn(int(", "torch.rand(int(", {SCALE, COPY}),
+    "a library call in a launch": (
+        "    for _ in range(2):",
+        "    torch.mm(t['x'][None, :], t['x'][:, None])\n    for _ in range(2):",
+        {COPY},
+    ),
+}
+
+
+def _build(suite: Path, cache: Path) -> BuildResult:
+    request = BuildRequest(SuiteRef(str(suite)), archs=("sm_90a",), workload="smoke",
+                           every_dtype=True, cache_dir=str(cache), workers=1)  # fmt: skip
+    return run_build(request)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("identity")
+    built = _build(SUITE, root / "cache")
+    return root, built, identities(built.recipes, built.records)
+
+
+def test_every_case_of_the_suite_has_an_identity_and_each_launch_its_position(base):
+    _, built, ids = base
+    assert set(ids) == {SCALE, COPY} and None not in ids.values(), ids
+    (copy,) = [r for r in built.recipes if r.kernel == "copy"]
+    assert [s.position for s in copy.steps] == [0, 1], copy.steps
+    # The same specialisation is built once, and both launches name that build.
+    assert {(s.build_case, s.build_index) for s in copy.steps} == {("n=40", 0)}
+    assert all(r.sass_sha256 for r in built.records), built.records
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_an_edit_changes_the_identity_of_exactly_the_cases_it_reaches(base, edit):
+    root, _, before = base
+    old, new, reached = EDITS[edit]
+    text = SUITE.read_text()
+    assert text.count(old) == 1, old
+    edited = root / edit.replace(" ", "_").replace("@", "") / "identity_suite.py"
+    edited.parent.mkdir()
+    edited.write_text(text.replace(old, new))
+    built = _build(edited, root / "cache")
+    assert all(r.status == "ok" for r in built.records), [r.reason for r in built.records]
+    after = identities(built.recipes, built.records)
+    assert {SCALE, COPY} - identical(before, after) == reached, (edit, before, after)
