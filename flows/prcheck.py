@@ -21,7 +21,7 @@ locally by ``kernelwatch pr-check``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from kernelwatch.flows.repos import commit_info, revision
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.isolation.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.isolation.worktree import checkout
-from kernelwatch.harness.records import ABMeasurement, BuildMetrics, CorrectnessResult
+from kernelwatch.harness.records import ABMeasurement, BuildMetrics, CaseId
 from kernelwatch.report import signature
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.html import write_compare_report
@@ -114,7 +114,7 @@ def pr_check(
             ids_a = pipeline.case_identities(repo, built_a)
             ids_b = pipeline.case_identities(repo, built_b)
             same = frozenset() if every_case else identical(ids_a, ids_b)
-            kernels = changed(passed, checks_b, same)
+            kernels = changed(passed, [c.case for c in checks_b], same)
             gpus = config.pool(pool).gpus_per_node
             pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
 
@@ -163,16 +163,13 @@ def pr_check(
 
 
 def changed(
-    kernels: Sequence[str], checks: Sequence[CorrectnessResult], same: frozenset[CaseKey]
+    kernels: Sequence[str], cases: Iterable[CaseId], same: frozenset[CaseKey]
 ) -> tuple[str, ...]:
-    """The ``kernels`` to time: those with a checked case whose build is not known to be
-    identical (a kernel is timed whole: any of its cases may be the one that changed)."""
-    untouched = {k: True for k in kernels}
-    for check in checks:
-        case = check.case
-        if case.kernel in untouched and case_key(case.kernel, case.dtype, case.params) not in same:
-            untouched[case.kernel] = False
-    return tuple(k for k in kernels if not untouched[k])
+    """The ``kernels`` to time: those with a case in ``cases`` (the head's checked cases)
+    whose build is not known to be identical (a kernel is timed whole: any of its cases may
+    be the one that changed)."""
+    reached = {c.kernel for c in cases if case_key(c.kernel, c.dtype, c.params) not in same}
+    return tuple(k for k in kernels if k in reached)
 
 
 def changed_kernels(base: Sequence[BuildMetrics], head: Sequence[BuildMetrics]) -> frozenset[str]:

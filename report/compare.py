@@ -185,8 +185,8 @@ def compare_runs(
     identical: Collection[CaseKey] = (),
 ) -> Comparison:
     """The comparison of two runs already read from the store. The head's checked cases in
-    ``identical`` (``analysis.build_identity.case_key``) that head did not measure are
-    ``untimed``."""
+    ``identical`` (``analysis.build_identity.case_key``) that passed their check and that
+    head did not measure are ``untimed``."""
     head_by_key = {m.series_key: m for m in head.measurements}
     base_keys = {m.series_key for m in base.measurements}
     cases = tuple(
@@ -205,7 +205,8 @@ def compare_runs(
     measured = {case_key(m.kernel, m.dtype, m.params) for m in head.measurements}
     untimed = tuple(
         c for c in head.correctness
-        if (key := case_key(c.kernel, c.dtype, c.params)) in identical and key not in measured
+        if c.verdict == "pass"
+        and (key := case_key(c.kernel, c.dtype, c.params)) in identical and key not in measured
     )  # fmt: skip
     return Comparison(
         base=base.header,

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from factories import DEVICE, SOFTWARE, WHEN, commit
 
+from kernelwatch.analysis.build_identity import case_key
 from kernelwatch.analysis.static_diff import Finding
 from kernelwatch.analysis.thresholds import KernelOverride, Thresholds, VerdictConfig
 from kernelwatch.harness.records import DeviceInfo
 from kernelwatch.report import charts, views
 from kernelwatch.report import format as fmt
-from kernelwatch.report.compare import Comparison, RunSide, compare_runs
-from kernelwatch.report.markdown import GITHUB_LIMIT, pr_comment
+from kernelwatch.report.compare import Comparison, RunSide, compare_runs, pr_findings
+from kernelwatch.report.markdown import GITHUB_LIMIT, merge_verdict, pr_comment
 from kernelwatch.report.repro import Source, Target, bench_command
 from kernelwatch.store.report_queries import (
     CorrectnessRow,
@@ -338,3 +339,28 @@ def test_an_ambiguous_case_is_said_in_the_headline_never_under_no_regression():
     assert headline == "### ⚠️ kernelwatch: 1 case inconclusive, none slower"
     # its own outcome, which the workflow exits with: never 0, never a regression's 1
     assert c.outcome == 3 and marker == "<!-- kernelwatch:pr-check outcome=3 -->"
+
+
+def test_identical_builds_are_a_verdict_of_their_own_and_no_kernel_changed_is_said():
+    """Issue 48: the head's passing cases whose build was identical at both sides are listed
+    as not timed, counted in the headline; with nothing timed that is "no kernel changed", not
+    "the runs have no measured case in common"; a failing case is never called identical."""
+
+    def check(kernel: str, verdict: str = "pass") -> CorrectnessRow:
+        return CorrectnessRow(kernel, "smoke", {"n": 5}, "fp16", verdict, "", None, 1e-3)
+
+    same = {case_key(k, "fp16", {"n": 5}) for k in ("gelu", "silu", "broken")}
+    checks = [check("gelu"), check("silu"), check("broken", "fail")]
+    base = replace(_side(_header("a" * 40), {}, 1), correctness=[*checks[:2], check("broken")])
+    head = replace(_side(_header("b" * 40), {}, 2), correctness=checks)
+    nothing = compare_runs(base, head, identical=same)
+    assert [c.kernel for c in nothing.untimed] == ["gelu", "silu"] and nothing.problem == ""
+    assert nothing.outcome == 1  # the failure at head still counts
+    clean = compare_runs(base, replace(head, correctness=checks[:2]), identical=same)
+    assert clean.outcome == 0
+    assert merge_verdict(clean) == "no kernel changed: 2 cases identical build: not timed"
+    assert "2 not timed (identical build)" in pr_comment(clean)
+    assert [f.verdict for f in pr_findings(clean)] == ["IDENTICAL", "IDENTICAL"]
+    timed = _comparison(slower=0, same=1)
+    timed = replace(timed, untimed=clean.untimed)
+    assert merge_verdict(timed) == "no regression; 2 cases identical build: not timed"
