@@ -98,7 +98,8 @@ ORDER BY verdict
             )
             .description(
                 "Cases per A/B verdict over every GPU: SLOWER and AMBIGUOUS need a look before "
-                "merging; ERROR means a side could not be measured."
+                "merging; ERROR means a side could not be measured; IDENTICAL, the same build "
+                "at base and head (code, launches, inputs), so not timed."
             )
             .reduce_options(common.row_values())
             .unit("none")
@@ -112,7 +113,7 @@ SELECT kernel, case_label, dtype, device_model, verdict, base_ns / 1e3 AS base_u
   report_url
 FROM report_pr_findings
 WHERE {_CHECK} AND kind = 'timing'
-ORDER BY ratio DESC NULLS FIRST
+ORDER BY verdict = 'IDENTICAL', ratio DESC NULLS FIRST
 """,
                 w=24,
                 h=12,
@@ -120,7 +121,8 @@ ORDER BY ratio DESC NULLS FIRST
             .description(
                 "Head median over base median on the same GPU in one session, with its 95% "
                 "bootstrap CI and the test's p-value; a ratio above 1 is slower. base_us and "
-                "head_us are the two medians. Click a row for the comparison report."
+                "head_us are the two medians; IDENTICAL cases (the same build at both sides) "
+                "were not timed and come last. Click a row for the comparison report."
             )
             .decimals(3)
             .data_links(_report_link())
