@@ -153,12 +153,20 @@ def test_a_launch_is_described_by_its_grid_and_arguments():
         describe(object())
 
 
-def test_host_ops_describe_memory_work_and_name_a_library_call():
+def test_host_ops_describe_torchs_own_kernels_and_name_a_vendor_librarys():
     x = torch.empty((4, 8), device="meta")
+    index = torch.zeros((4, 8), dtype=torch.long, device="meta")
     with HostOps() as ops:
         torch.empty_like(x).zero_()
         x.t().contiguous()
-    assert ops.library is None and len(ops.ops) >= 3, ops.ops
-    with HostOps() as ops:
-        x @ x.t()
-    assert ops.library == "aten.mm.default"
+        torch.zeros_like(x).scatter_add_(0, index, x).relu_()  # a MoE's combine, say
+    assert ops.library is None and len(ops.ops) >= 5, ops.ops
+    with HostOps() as other:
+        torch.empty_like(x).zero_()
+        x.t().contiguous()
+        torch.zeros_like(x).scatter_add_(0, index[:2], x[:2]).relu_()
+    assert other.ops != ops.ops  # the scatter's shapes are part of it
+    for library in (lambda: x @ x.t(), lambda: torch.nn.functional.linear(x, x)):
+        with HostOps() as ops:
+            library()
+        assert ops.library == "aten.mm.default"

@@ -24,6 +24,7 @@ Nothing is compiled or run while recording; only this child process imports kern
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,16 +236,19 @@ def describe(value: Any) -> Any:
 
 class HostOps(TorchDispatchMode):
     """The device operations a host wrapper runs around its launches (``aten`` ops on the
-    meta device). Allocation, views, copies and pointwise ops are described with their
-    arguments: torch's own kernels for those are fixed by the torch version and the shapes.
-    Anything else (a matmul, an attention call: a library's kernel that no build covers)
-    makes ``library`` name it, and the case's identity is unknown."""
+    meta device). Torch's own kernels (allocation, copies, views, pointwise ops, scatters,
+    sorts, reductions) are compiled into torch, so the torch version in the recipe and the
+    arguments described here identify what they run. A vendor library's (a matmul, a
+    convolution, attention, FFT, linear algebra: cuBLAS, cuDNN and friends pick a kernel at
+    run time by heuristics of their own build, which no version here pins) makes
+    ``library`` name it, and the case's identity is unknown; so does an op whose arguments
+    cannot be described."""
 
-    _MEMORY = frozenset(
-        {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
-         "zeros_like", "zero_", "fill_", "full", "full_like", "ones", "ones_like", "clone",
-         "copy_", "_to_copy", "arange", "lift_fresh"}
-    )  # fmt: skip
+    #: Words in the names of the ops that call a vendor library.
+    _LIBRARY = re.compile(
+        r"mm|matmul|linear|conv|cudnn|miopen|attention|fft|linalg|cholesky|solve|lstsq|svd"
+        r"|eig|\bqr\b|\blu\b|addmv|\bmv\b|dot|\bger\b|_scaled_"
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -255,12 +259,11 @@ class HostOps(TorchDispatchMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
         kwargs = kwargs or {}
-        name = func.overloadpacket.__name__
-        if func.is_view or name in self._MEMORY or torch.Tag.pointwise in func.tags:
+        if self._LIBRARY.search(func.overloadpacket.__name__):
+            self.library = self.library or str(func)
+        else:
             try:
                 self.ops.append(repr((str(func), describe(args), describe(sorted(kwargs.items())))))
             except ValueError:
                 self.library = self.library or str(func)
-        else:
-            self.library = self.library or str(func)
         return func(*args, **kwargs)
