@@ -4,7 +4,7 @@ against a check of a head that changes one kernel and of one that changes only d
     .venv/bin/python scripts/bench_pr_scope.py [--arch sm_90a] [--json FILE] [--cache DIR]
 
 The suite is copied into a temporary git repository (base: as it is; ``docs``: a README
-added; ``one kernel``: softmax's exponent through exp2, the edit ``bench_build.py`` makes).
+added; ``one kernel``: softmax's exponent through exp2, ``bench_build.py``'s edit).
 For each head, both commits are built with their recipes as ``pr_check`` builds them (every
 dtype the timing stage runs; into a cache of the benchmark's own, which a pull request's
 builds would only read), the kernels to time chosen by ``flows/prcheck.py``'s own rule, and
@@ -21,11 +21,12 @@ import argparse
 import json
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_build import EDIT, KERNELS, git
 
 from kernelwatch.analysis.build_identity import identical
 from kernelwatch.config.settings import RepositoryConfig
@@ -38,24 +39,9 @@ from kernelwatch.harness.records import CaseId
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.timing.request import BenchOptions
 
-KERNELS = Path(__file__).resolve().parent.parent / "kernels"
-EDIT = (
-    "num = tl.exp(x - tl.max(x, axis=0))",
-    "num = tl.exp2((x - tl.max(x, axis=0)) * 1.4426950408889634)",
-)
 #: The tests' timing: the child's CPU time, a fixed budget per case, no baseline.
 OPTIONS = BenchOptions(timer="cpu-process-time", budget_s=0.3)
 CASE_TIMEOUT_S = 600.0
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
 
 
 def commit(repo: Path, message: str) -> str:
