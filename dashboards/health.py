@@ -106,4 +106,28 @@ ORDER BY started_at DESC
                 "configured pools."
             )
         )
+        .with_panel(
+            common.table_panel(
+                "A/B false alarms measured on A/A pairs (flagged first)",
+                """
+SELECT repository, pool, device_model, pairs, different, rate, stated, p_value, flagged,
+  computed_at
+FROM report_aa_rates
+ORDER BY flagged DESC, rate DESC
+""",
+                w=24,
+                h=7,
+            )
+            .description(
+                "Two consecutive nightly measurements of a case with the same build identity "
+                "on one pool ran the same GPU work: each such pair the A/B rule calls SLOWER or "
+                "FASTER is a false alarm. Per pool and GPU model (and the whole pool), over the "
+                "30 nights before the last detection pass: pairs, false alarms, their rate and "
+                "the rule's stated rate (its alpha); flagged where that many false alarms are "
+                "unlikely (p < 0.01) at the stated rate."
+            )
+            .override_by_name("rate", [common.unit("percentunit")])
+            .override_by_name("stated", [common.unit("percentunit")])
+            .override_by_name("p_value", [common.unit("sci")])
+        )
     )

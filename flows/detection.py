@@ -14,12 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
+from kernelwatch.analysis.aa_rate import AARate, aa_pair, aa_rates
 from kernelwatch.analysis.changepoints import ChangePoint
 from kernelwatch.analysis.grouping import Alert, Regression, group, place
 from kernelwatch.analysis.record_changes import detect_measurements
 from kernelwatch.analysis.shift_test import counted_samples
 from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.analysis.triage_rules import Triage, auto_close, recovery_index
+from kernelwatch.store.aa_pairs import AAPairRow, insert_aa_pairs, insert_aa_rates, judged_pairs
 from kernelwatch.store.findings import (
     NewChangePoint,
     NewRegression,
@@ -73,13 +75,15 @@ class Plan:
 
 @dataclass(frozen=True)
 class PassReport:
-    """What one detection pass did."""
+    """What one detection pass did, and the A/B rule's false-alarm rate it measured on the
+    history's A/A pairs (``analysis/aa_rate.py``; per pool and GPU model)."""
 
     series: int
     too_short: int
     change_points: int
     opened: tuple[int, ...]
     closed: tuple[int, ...]
+    aa: tuple[AARate, ...] = ()
 
 
 def plan(
@@ -131,13 +135,45 @@ def detect_and_alert(
         ]
         for regression_id, after in decided.closes:
             write_move(cur, regression_id, after, ACTOR, after.notes[-1])
+        rates = _false_alarms(cur, repo_id, histories, thresholds)
     return PassReport(
         series=len(histories),
         too_short=decided.too_short,
         change_points=len(decided.found),
         opened=tuple(opened),
         closed=tuple(r for r, _ in decided.closes),
+        aa=tuple(rates),
     )
+
+
+def aa_pairs(histories: Sequence[StoredSeries], thresholds: Thresholds) -> list[AAPairRow]:
+    """The newest A/A pair of each series, judged by its kernel's A/B rule."""
+    rows = []
+    for series in histories:
+        verdict = aa_pair(series.runs, thresholds.for_kernel(series.kernel).verdict)
+        if verdict is None:
+            continue
+        before, after = series.runs[-2], series.runs[-1]
+        rows.append(
+            AAPairRow(after.measurement_id, before.measurement_id, series.series_id,
+                      after.pool or "", series.device_model, verdict.verdict, verdict.ratio,
+                      verdict.p_value, after.measured_at)
+        )  # fmt: skip
+    return rows
+
+
+def _false_alarms(
+    cur: psycopg.Cursor, repo_id: int, histories: Sequence[StoredSeries], thresholds: Thresholds
+) -> list[AARate]:
+    """Judge tonight's A/A pairs, store them, and the rates over the window they close."""
+    pairs = aa_pairs(histories, thresholds)
+    insert_aa_pairs(cur, pairs)
+    if not pairs:
+        return []
+    until = max(p.measured_at for p in pairs)
+    rates = aa_rates(judged_pairs(cur, repo_id, until), thresholds.verdict.alpha)
+    insert_aa_rates(cur, repo_id, until, rates)
+    return rates
 
 
 def _found(series: StoredSeries, change: ChangePoint) -> Found:

@@ -16,6 +16,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
+from kernelwatch.analysis.aa_rate import AARate
 from kernelwatch.config import settings as configuration
 from kernelwatch.flows import tasks
 from kernelwatch.flows.bisection import BisectSummary, bisect, more_samples
@@ -36,8 +37,8 @@ BISECTED = ("timing", "correctness")
 class NightlySummary:
     """What one nightly did: the commit's outcome, the same-night confirmation of what it
     suspected (``night``), the detection pass, every regression opened (confirmed ones
-    first), the bisections it started, the report's path and any notification that could
-    not be delivered."""
+    first), the bisections it started, the report's path, any notification that could
+    not be delivered, and the A/B rule's false-alarm rate measured on A/A pairs."""
 
     repository: str
     pool: str
@@ -50,6 +51,7 @@ class NightlySummary:
     notices: tuple[RegressionNotice, ...] = ()
     report: str | None = None
     problems: tuple[str, ...] = field(default_factory=tuple)
+    aa: tuple[AARate, ...] = ()
 
     def markdown(self) -> str:
         """The flow's artifact: a few lines a person reads on the flow run's page."""
@@ -65,6 +67,13 @@ class NightlySummary:
             f"- detection: {self.change_points} new change points, "
             f"{len(self.opened)} regressions opened, {len(self.closed)} closed"
         )
+        for rate in self.aa:
+            flag = " **flagged: above the rule's stated rate**" if rate.flagged else ""
+            where = f"{rate.pool} / {rate.device_model}" if rate.device_model else rate.pool
+            lines.append(
+                f"- A/A false alarms on {where}: {rate.different} of {rate.pairs} identical "
+                f"builds called different ({rate.rate:.2%}; stated {rate.stated:.2%}){flag}"
+            )
         for b in self.bisections:
             lines.append(f"- bisection of #{b.regression_id}: {b.line()}")
         if self.report:
@@ -140,6 +149,7 @@ def nightly(
         notices=tuple(notices),
         report=str(report) if report else None,
         problems=tuple(problems),
+        aa=found.aa,
     )
     create_markdown_artifact(summary.markdown(), key=artifact_key("nightly", repo.name, pool))
     return summary

@@ -17,7 +17,8 @@ WINDOW = 120
 @dataclass(frozen=True)
 class StoredRun:
     """One history point of a series as stored: the measurement, its commit and its raw
-    samples (what ``kernelwatch.analysis.shift_test.SampledRun`` reads)."""
+    samples (what ``kernelwatch.analysis.shift_test.SampledRun`` reads), the pool it ran on
+    and its case's build identity (``analysis/aa_rate.py`` reads those)."""
 
     measurement_id: int
     run_pk: int
@@ -30,6 +31,8 @@ class StoredRun:
     throttled: tuple[bool, ...]
     sm_clock_mhz: tuple[float, ...]
     duration_s: float = 0.0
+    pool: str | None = None
+    build_identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ WITH resets AS (
 )
 SELECT s.id, s.key, k.name, s.params, s.dtype, s.device_model,
     m.id, run.id, run.commit_id, c.sha, m.measured_at, cfg.label, m.status,
-    rs.samples_ns, rs.throttled::text, rs.sm_clock_mhz, m.duration_s
+    rs.samples_ns, rs.throttled::text, rs.sm_clock_mhz, m.duration_s, run.pool,
+    m.extra->>'build_identity'
 FROM series s
     JOIN kernels k ON k.id = s.kernel_id
     LEFT JOIN resets r ON r.series_id = s.id
@@ -115,6 +119,8 @@ def load_histories(
                 throttled=tuple(bit == "1" for bit in row[14] or ""),
                 sm_clock_mhz=tuple(float(c) for c in row[15] or ()),
                 duration_s=row[16],
+                pool=row[17],
+                build_identity=row[18],
             )
         )
     if head is not None:

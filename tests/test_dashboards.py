@@ -54,7 +54,7 @@ from kernelwatch.dashboards.triage_board import STATES
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.flows.reporting import report_url
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
-from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Method
+from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Measurement, Method
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.markdown import merge_verdict
 from kernelwatch.serving.formats import Given, read_text
@@ -143,6 +143,14 @@ def _history() -> list[Run]:
                 records = [_slowed(r) if i in planted else r for i, r in enumerate(records)]
             if m == H200 and day >= METHOD_CHANGE_DAY:
                 records[0] = dataclasses.replace(records[0], method=NEW_METHOD)
+            # Each case's build identity: the planted slowdown is a new build, the rest the
+            # same build every night (A/A pairs for the false-alarm panel).
+            records = [
+                dataclasses.replace(r, build_identity=f"{r.case.key()}-" + (
+                    "slow" if m == B200 and day >= PLANT_DAY and i in planted else "base"))
+                if isinstance(r, Measurement) else r
+                for i, r in enumerate(records)
+            ]  # fmt: skip
             if m == B200:
                 records += [_build(arch, dtype, day) for arch in ("sm_90a", "sm_100a")
                             for dtype in ("fp16", "bf16")]  # fmt: skip
