@@ -8,10 +8,15 @@ exactly that, from the case's recipe (``harness/build/plan.py`` records it on th
 device) and the build records its launches name. Each launch is taken with its position in
 the case's launch sequence, so two launches of one kernel are two parts of it.
 
+A launch of a dtype the stage does not build (a PR check records every dtype it times but
+builds the serving ones) is identified by its build's cache key instead: the kernel's
+source, the specialisation, the target and the toolchain, so any edit of the kernel's
+source, a comment too, changes it.
+
 It never hides a change: anything that cannot be identified makes the identity None, and a
-None is never equal to anything (a launch whose build failed or is missing, a launch or an
-input the recorder could not describe, a library call in the launch, a case with no
-launch at all).
+None is never equal to anything (a launch whose build failed, a launch or an input the
+recorder could not describe, a vendor library's call in the launch, a case with no launch
+at all).
 """
 
 from __future__ import annotations
@@ -57,11 +62,19 @@ def identity(
         return None
     parts: list[object] = [recipe.host, list(environment)]
     for step in recipe.steps:
-        build = builds.get(_step_key(recipe, step))
-        if step.work is None or build is None or build.status != "ok":
+        if step.work is None:
             return None
+        build = builds.get(_step_key(recipe, step))
+        if build is None:
+            # A dtype the stage does not build: the build's cache key (source, specialisation,
+            # target, toolchain) stands in for its code, so any edit of the kernel's source
+            # counts as a change there.
+            if step.key is None:
+                return None
+            parts.append([step.arch, step.position, step.function, step.work, "key", step.key])
+            continue
         code = build.sass_sha256 or build.cubin_sha256
-        if code is None:
+        if build.status != "ok" or code is None:
             return None
         parts.append(
             [step.arch, step.position, step.function, step.work, code, build.registers,

@@ -56,7 +56,8 @@ def build_stage(
     every_dtype: bool = False,
 ) -> BuildResult:
     """Cross-compile ``kernels`` for the repository's archs (none configured: nothing), with
-    each case's recipe (every dtype the timing stage runs with ``every_dtype``).
+    each case's recipe (with ``every_dtype``, of every dtype the timing stage runs, those
+    not built identified by their builds' cache keys).
     Unchanged kernels come from the build cache, keyed by their source; only a ``trusted``
     run (not a pull request's) adds to it."""
     if not repo.archs or not kernels:

@@ -164,7 +164,8 @@ def build(
     every_dtype: bool = False,
 ) -> BuildResult:
     """Cross-compile one commit's ``kernels`` for the repository's archs, with each case's
-    recipe (of every dtype the timing stage runs, with ``every_dtype``). A commit nobody has
+    recipe (with ``every_dtype``, also of the dtypes the timing stage runs but the build
+    does not compile). A commit nobody has
     reviewed (a pull request's, ``trusted`` False) reads the caches but adds nothing to the
     ones nightly runs reuse."""
     stored = _build(repo, sha, checkout, kernels, trusted, every_dtype)

@@ -510,8 +510,10 @@ class LaunchStep:
     in the case's launch sequence (an autotuner's candidates share one), the build that
     compiled it (the :class:`BuildMetrics` of ``kernel``, the case's dtype, ``build_case``,
     ``build_index``, ``config`` and ``arch``: a specialisation several cases share is built
-    once, under the first), and its ``work``: the grid and every argument as text, None
-    when the recorder could not describe them."""
+    once, under the first), its ``work``: the grid and every argument as text, None when
+    the recorder could not describe them, and ``key``: the build's cache key (source hash,
+    specialisation, target, toolchain), what identifies the launch where its dtype is not
+    built."""
 
     arch: str
     position: int
@@ -520,6 +522,7 @@ class LaunchStep:
     build_index: int
     config: LaunchConfig | None
     work: str | None
+    key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,14 @@ def test_what_cannot_be_identified_has_no_identity_and_is_never_identical(unknow
     assert identical({KEY: None}, {KEY: None}) == frozenset()
 
 
+def test_a_launch_of_a_dtype_that_is_not_built_is_identified_by_its_builds_cache_key():
+    keyed = dataclasses.replace(STEP, build_index=3, key="k" * 64)
+    recipe = dataclasses.replace(RECIPE, steps=(keyed,))
+    assert _identity(recipe) is not None and _identity(recipe) != _identity()
+    other = dataclasses.replace(RECIPE, steps=(dataclasses.replace(keyed, key="l" * 64),))
+    assert _identity(other) != _identity(recipe)
+
+
 def test_a_failed_build_or_one_without_code_hashes_has_no_identity():
     assert _identity(RECIPE, dataclasses.replace(BUILD, status="error")) is None
     assert _identity(RECIPE, dataclasses.replace(BUILD, sass_sha256=None)) is None

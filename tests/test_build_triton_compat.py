@@ -170,7 +170,7 @@ def test_lines_added_above_a_kernel_and_its_helpers_keep_it_in_the_cache(built):
 
 def test_the_source_hash_ignores_where_a_constexpr_function_callee_starts(define):
     # Triton 3.9's registry holds no constexpr functions: the line of one leaked into the key.
-    from kernelwatch.harness.build.compiler import _line_free_hash
+    from kernelwatch.harness.build.keys import _line_free_hash
 
     helpers = HELPERS.replace("TWICE", "x + x")
     original = define("original", helpers, KERNEL)
@@ -199,7 +199,7 @@ def test_a_function_that_reaches_itself_has_a_line_free_key(define):
                 countdown(x_ptr, N - 1)
         """
     )
-    from kernelwatch.harness.build.compiler import _line_free_hash
+    from kernelwatch.harness.build.keys import _line_free_hash
 
     # One module name for both: Triton's placeholder for a function being hashed names it.
     original = define("countdown", "", recursive).countdown
@@ -208,3 +208,26 @@ def test_a_function_that_reaches_itself_has_a_line_free_key(define):
     assert moved.starting_line_number > original.starting_line_number
     assert _line_free_hash(moved) == key
     assert (original.hash, moved.hash) == (None, None)
+
+
+def test_comments_inside_a_kernel_and_its_callee_leave_the_key_and_the_source_as_they_were(
+    define,
+):
+    """Issue 48: a comment line inside a kernel or a helper it calls is the same code: the
+    key (what the build cache and a case's identity for a dtype that is not built read) is
+    the same; an edit of the code is not. The functions keep their own source."""
+    from kernelwatch.harness.build.keys import _line_free_hash
+
+    helpers = HELPERS.replace("TWICE", "x + x")
+    original = define("original", helpers, KERNEL)
+    commented = define(
+        "commented",
+        helpers.replace("    return x + x", "    # add, not multiply\n    return x + x  # cheap"),
+        KERNEL.replace("    tl.store(", "    # store the doubled values back\n\n    tl.store("),
+    )
+    sources = [commented.kernel.src, commented.helpers.twice.src]
+    assert _line_free_hash(commented.kernel) == _line_free_hash(original.kernel)
+    assert [commented.kernel.src, commented.helpers.twice.src] == sources
+    assert "# store the doubled values back" in sources[0]
+    edited = define("edited", HELPERS.replace("TWICE", "x * 3"), KERNEL)
+    assert _line_free_hash(edited.kernel) != _line_free_hash(original.kernel)

@@ -19,8 +19,9 @@ from typing import Any
 
 from kernelwatch.harness.build import nvcc, nvtools
 from kernelwatch.harness.build.archs import ARCHS
-from kernelwatch.harness.build.cache import Cache, cache_key
+from kernelwatch.harness.build.cache import Cache
 from kernelwatch.harness.build.capture import CudaLaunch, TritonLaunch
+from kernelwatch.harness.build.keys import launch_key
 from kernelwatch.harness.build.plan import Job
 from kernelwatch.harness.cuda_kernel import source_hash
 from kernelwatch.harness.records import BuildMetrics
@@ -43,16 +44,7 @@ def build(job: Job, suite: str, cache: Cache | None) -> BuildMetrics:
     own failure: that is an ``error`` record."""
     skeleton = job.skeleton(suite)
     try:
-        source, toolchain = _source_and_toolchain(job)
-        key = cache_key(
-            {
-                "language": skeleton.language,
-                "source": source,
-                "launch": job.launch.identity(),
-                "arch": job.arch,
-                "toolchain": toolchain,
-            }
-        )
+        key, source, toolchain = launch_key(job.launch, job.arch)
         hit = cache.get(key) if cache is not None else None
         if hit is not None:
             # The artifact is shared; the identity (kernel, case...) is this job's.
@@ -120,55 +112,6 @@ _MEASURED = (
     "sass_sha256",
     "compile_s",
 )
-
-
-def _source_and_toolchain(job: Job) -> tuple[str, dict[str, str]]:
-    launch = job.launch
-    if isinstance(launch, TritonLaunch):
-        return _line_free_hash(launch.fn), nvtools.triton_toolchain(ARCHS[job.arch].capability)
-    flags = " ".join(nvcc.NVCC_FLAGS)
-    toolchain = {"nvcc": nvcc.nvcc_version(), "nvcc_flags": flags}
-    toolchain["cuobjdump"] = nvtools.tool_version(nvtools.tool("cuobjdump"))
-    return source_hash(launch.kernel.source), toolchain
-
-
-def _line_free_hash(fn: Any) -> str:
-    """Triton's hash of ``fn``, every JIT function it calls and the constexpr globals it
-    reads, computed as if every function started on line 0.
-
-    Triton's own key includes each function's first line, so an edit above a kernel (in the
-    same file) would rebuild it; the code is the same (only its debug line table moves), so
-    the cache should not see a change.
-
-    Triton's ``cache_key`` property is run with each function it reaches (the kernel, then
-    every ``@triton.jit`` and ``@triton.constexpr_function`` callee, as Triton's own
-    dependency walk finds them) seen at line 0, and every function's line and memoised hash
-    put back afterwards. This needs no list of all JIT functions: Triton 3.9 keeps one
-    (``_triton_jit_function_registry``, without the constexpr functions), Triton 3.6 none.
-    """
-    owner = next(c for c in type(fn).__mro__ if "cache_key" in vars(c))
-    triton_key = vars(owner)["cache_key"]
-    # A function that (transitively) calls itself reaches its own key again while it is
-    # being computed: Triton answers that with a placeholder it set, which must be kept.
-    computing: set[int] = set()
-
-    def line_free(self: Any) -> str:
-        if id(self) in computing:
-            return triton_key.fget(self)
-        saved = self.starting_line_number, self.hash
-        computing.add(id(self))
-        self.starting_line_number, self.hash = 0, None
-        try:
-            return triton_key.fget(self)
-        finally:
-            computing.discard(id(self))
-            self.starting_line_number, self.hash = saved
-
-    owner.cache_key = property(line_free)
-    try:
-        return fn.cache_key
-    finally:
-        owner.cache_key = triton_key
 
 
 def _compile(job: Job) -> _Artifact:

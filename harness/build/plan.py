@@ -23,6 +23,7 @@ import torch
 from kernelwatch.harness import launcher
 from kernelwatch.harness.build.archs import ARCHS
 from kernelwatch.harness.build.capture import HostOps, Launch, describe, recording
+from kernelwatch.harness.build.keys import launch_key
 from kernelwatch.harness.records import BuildMetrics, CaseId, CaseRecipe, LaunchConfig, LaunchStep
 from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Suite
 
@@ -78,8 +79,9 @@ def plan_builds(
     not be recorded (a spec whose ``launch`` needs real data, say), and the recipe of every
     case recorded. A spec that raises ``KernelUnsupported`` while recording (a TODO
     ``kernelwatch init`` left) has no build. With no ``dtypes``, the serving dtypes
-    (:func:`default_dtypes`), or all the spec's with ``every_dtype`` (what a timing stage
-    runs, so that every case it times has a recipe)."""
+    (:func:`default_dtypes`) are built; with ``every_dtype`` too, every dtype of the spec is
+    recorded (what a timing stage runs, so that every case it times has a recipe), the ones
+    not built identified by their launches' cache keys."""
     jobs: list[Job] = []
     failures: list[BuildMetrics] = []
     recipes: list[CaseRecipe] = []
@@ -87,11 +89,9 @@ def plan_builds(
         if (kernels and spec.name not in kernels) or not isinstance(spec, KernelSpec):
             continue  # a distributed spec's launches need its ranks: not built here
         chosen = workload if workload in spec.workloads else next(iter(spec.workloads))
-        if dtypes:
-            chosen_dtypes: Sequence[str] = [d for d in spec.dtypes if d in dtypes]
-        else:
-            chosen_dtypes = spec.dtypes if every_dtype else default_dtypes(spec)
-        for dtype in chosen_dtypes:
+        built = [d for d in spec.dtypes if d in dtypes] if dtypes else default_dtypes(spec)
+        recorded = spec.dtypes if every_dtype and not dtypes else built
+        for dtype in recorded:
             per_arch: list[list[Job]] = []
             cases = _Cases()
             for arch in archs:
@@ -101,15 +101,19 @@ def plan_builds(
                     per_arch, cases = [], _Cases()  # nothing to build yet: a TODO
                     break
                 except Exception as exc:  # the spec's failure, recorded per target
-                    failures.append(_unrecorded(suite.name, spec.name, dtype, chosen, arch, exc))
+                    if dtype in built:
+                        failures.append(
+                            _unrecorded(suite.name, spec.name, dtype, chosen, arch, exc)
+                        )
                     cases.failed = True
                     continue
                 per_arch.append(
                     [Job(spec.name, dtype, chosen, case, config, launch, arch, index)
                      for case, config, launch, index in launches]
                 )  # fmt: skip
-            # Both targets of one launch side by side (the workers share tasks by position).
-            jobs += [job for row in itertools.zip_longest(*per_arch) for job in row if job]
+            if dtype in built:
+                # Both targets of one launch side by side (the workers share tasks by position).
+                jobs += [job for row in itertools.zip_longest(*per_arch) for job in row if job]
             recipes += cases.recipes(suite.name, spec, dtype, chosen)
     return BuildPlan(jobs, failures, recipes)
 
@@ -209,9 +213,17 @@ def _record(
                 )
                 cases.steps[label].append(
                     LaunchStep(arch, index, launch.function, first, first_index, launch_config,
-                               launch.work)
+                               launch.work, _key(launch, arch))
                 )  # fmt: skip
     return list(seen.values())
+
+
+def _key(launch: Launch, arch: str) -> str | None:
+    """The launch's cache key, or None when it cannot be computed (its source unreadable)."""
+    try:
+        return launch_key(launch, arch)[0]
+    except Exception:  # the kernel's own problem: its build records it, the case is unknown
+        return None
 
 
 #: Code whose changes are the environment's (its versions are in every recipe), not the

@@ -67,7 +67,8 @@ def _spec(name, launch, cases, scale):
         workloads={"smoke": cases},
         flops=lambda p: int(p["n"]),
         min_bytes=lambda p, e: 2 * e * int(p["n"]),
-        dtypes=("fp32",),
+        # fp16 is built, fp32 only recorded (identified by its builds' cache keys)
+        dtypes=("fp16", "fp32"),
     )
 
 
