@@ -124,8 +124,12 @@ def test_a_library_inside_a_bigger_package_from_init_to_a_pr_verdict(
     files = dict(line.split(": ", 1) for line in verdict.stdout.splitlines())
     comment = (repo / files["comment"]).read_text()
     assert "#### Slower (2)" in comment and "| scale | n=333 | fp32 |" in comment, comment
-    # rms_fwd's and swiglu_fwd's: the same build at both sides, so not timed (issue 48)
+    # rms_fwd's and swiglu_fwd's: the same build at both sides, so not timed (issue 48),
+    # counted in the comment and the command's last line
     assert "4 cases identical build: not timed" in comment, comment
+    last = verdict.stderr.strip().splitlines()[-1]
+    assert last.startswith("pr-check ") and ": regression (" in last, last
+    assert last.endswith("4 cases identical build: not timed)"), last
 
 
 def _records(stdout: str) -> list[dict]:
