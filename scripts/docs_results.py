@@ -347,6 +347,25 @@ def dashboards_latency(details: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def pr_scope(details: dict[str, Any]) -> str:
+    """A PR check's device seconds: a full check against a one-kernel and a docs-only head
+    (docs/BENCHMARKS.md)."""
+    rows = details["rows"]
+    full = rows["full check (--all)"]["device_s"]
+    lines = [
+        "| check | kernels timed | cases timed | cases identical, not timed | device s "
+        "| of the full check |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in rows.items():
+        share = row["device_s"] / full if full else 0.0
+        lines.append(
+            f"| {name} | {row['kernels_timed']} of {row['kernels']} | {row['cases_timed']} "
+            f"| {row['cases_identical']} | {row['device_s']:.1f} | {share:.1%} |"
+        )
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "dashboards-latency": dashboards_latency,
     "detection-full": detection_full,
@@ -359,6 +378,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "delay-summary": delay_summary,
     "delay-curve": delay_curve,
     "mutation-scores": mutation_scores,
+    "pr-scope": pr_scope,
     "selfcheck-budget": selfcheck_budget,
 }
 
