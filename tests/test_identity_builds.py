@@ -1,4 +1,5 @@
-"""Issue 48: a case's build identity from real builds of a suite edited one way at a time.
+"""Issue 48: a case's build identity from real builds of a suite edited one way at a time,
+each edit a commit of one git repository built from its own worktree, as a PR check does.
 An edit that leaves the GPU work as it was (a comment inside a kernel, the module's
 docstring) keeps every case's identity; one that changes it (a launch grid with the same
 code, a helper ``@triton.jit`` function, a workload's shapes, how inputs are made) changes
@@ -11,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gitrepo import git, repository_of
 
 from kernelwatch.analysis.build_identity import case_key, identical, identities
 from kernelwatch.harness.build.stage import BuildRequest, BuildResult, run_build
+from kernelwatch.harness.isolation.worktree import checkout
 from kernelwatch.harness.suite import SuiteRef
 
 SUITE = Path(__file__).parent / "planted" / "identity_suite.py"
@@ -44,21 +47,25 @@ EDITS = {
 }
 
 
-def _build(suite: Path, cache: Path) -> BuildResult:
-    request = BuildRequest(SuiteRef(str(suite)), archs=("sm_90a",), workload="smoke",
-                           every_dtype=True, cache_dir=str(cache), workers=1)  # fmt: skip
-    return run_build(request)
+def _build(repo: Path, sha: str, cache: Path) -> BuildResult:
+    with checkout(repo, sha) as tree:
+        suite = SuiteRef(str(tree.path / SUITE.name))
+        request = BuildRequest(suite, archs=("sm_90a",), workload="smoke", every_dtype=True,
+                               cache_dir=str(cache), workers=1)  # fmt: skip
+        return run_build(request)
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     root = tmp_path_factory.mktemp("identity")
-    built = _build(SUITE, root / "cache")
-    return root, built, identities(built.recipes, built.records)
+    repo = root / "repo"
+    sha = repository_of(repo, {SUITE.name: SUITE}, "two kernels")
+    built = _build(repo, sha, root / "cache")
+    return root, repo, sha, built, identities(built.recipes, built.records)
 
 
 def test_every_case_of_the_suite_has_an_identity_and_each_launch_its_position(base):
-    _, built, ids = base
+    *_, built, ids = base
     cases = {case_key(k, d, p) for k, d, p in ((SCALE, "fp16", {"n": 70}), (SCALE, "fp32",
              {"n": 70}), (COPY, "fp16", {"n": 40}), (COPY, "fp32", {"n": 40}))}  # fmt: skip
     assert set(ids) == cases and None not in ids.values(), ids
@@ -72,14 +79,15 @@ def test_every_case_of_the_suite_has_an_identity_and_each_launch_its_position(ba
 
 @pytest.mark.parametrize("edit", EDITS)
 def test_an_edit_changes_the_identity_of_exactly_the_cases_it_reaches(base, edit):
-    root, _, before = base
+    root, repo, sha, _, before = base
     old, new, reached = EDITS[edit]
     text = SUITE.read_text()
     assert text.count(old) == 1, old
-    edited = root / edit.replace(" ", "_").replace("@", "") / "identity_suite.py"
-    edited.parent.mkdir()
-    edited.write_text(text.replace(old, new))
-    built = _build(edited, root / "cache")
+    # A branch off the base with the one edit, as a pull request's head.
+    git(repo, "checkout", "-q", "--detach", sha)
+    (repo / SUITE.name).write_text(text.replace(old, new))
+    git(repo, "commit", "-qam", edit)
+    built = _build(repo, git(repo, "rev-parse", "HEAD"), root / "cache")
     assert all(r.status == "ok" for r in built.records), [r.reason for r in built.records]
     after = identities(built.recipes, built.records)
     same = identical(before, after)
