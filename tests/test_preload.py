@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,3 +186,29 @@ def test_a_server_ends_with_its_parents_socket(namespaced_box, monkeypatch):
     assert _servers()
     preload.stop_servers()
     assert _servers() == []
+
+
+def test_a_forked_build_child_imports_nothing_of_torch_or_the_compiler_itself():
+    """Every build child records launches on the meta device (whose decompositions import
+    ``torch._dynamo``, 1.4 s of CPU) and compiles (Triton's code generator): the build
+    server imports them once, before it forks, so no child pays for them."""
+    script = f"""
+import json, sys
+from kernelwatch.harness.isolation import preload
+preload.preload(preload.BUILD_WORKER)
+before = set(sys.modules)
+from kernelwatch.harness.build.compiler import build
+from kernelwatch.harness.build.plan import plan_builds
+from kernelwatch.harness.suite import SuiteRef, load_suite
+suite = load_suite(SuiteRef({str(Path(__file__).parent / "planted" / "identity_suite.py")!r}))
+jobs = plan_builds(suite, (), "smoke", (), ("sm_90a",)).jobs
+print(json.dumps([build(jobs[0], suite.name, None).status, sorted(set(sys.modules) - before)]))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # as a build child
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    status, imported = json.loads(out.stdout)
+    assert status == "ok", out.stderr[-2000:]
+    heavy = ("torch", "triton.compiler", "triton.experimental")
+    assert [m for m in imported if m.startswith(heavy)] == []

@@ -71,6 +71,12 @@ COMMON = (
     "kernelwatch.harness.timing.roofline", "kernelwatch.harness.isolation.channel",
     "kernelwatch.harness.isolation.kernel_child",
 )  # fmt: skip
+#: What a build child imports beyond ``COMMON`` (see ``preload``).
+BUILD_IMPORTS = (
+    "triton.compiler", "triton.compiler.code_generator", "torch._dynamo",
+    "kernelwatch.harness.build.plan",
+    "kernelwatch.harness.build.compiler",
+)  # fmt: skip
 #: The largest request (a launch's spec and an environment): far above either.
 MAX_REQUEST = 1 << 20
 #: How long the parent waits for a server to import its libraries before it gives up on it.
@@ -291,7 +297,11 @@ def preload(module: str) -> dict[str, str]:
     if os.environ.get("TRITON_INTERPRET") == "1":
         importlib.import_module("kernelwatch.harness.interpreter")
     elif module == BUILD_WORKER:
-        importlib.import_module("triton.compiler")
+        # What every build child imports: the compiler, its planner, and ``torch._dynamo``,
+        # which torch's meta-device decompositions (a spec's ``torch.randn(..., device=meta)``,
+        # a host wrapper's arithmetic) import on their first call: 1.4 s of CPU a child.
+        for name in BUILD_IMPORTS:
+            importlib.import_module(name)
     return extra
 
 
