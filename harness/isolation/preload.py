@@ -39,6 +39,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Mapping
@@ -365,6 +366,9 @@ def _child(module: str, request: dict[str, Any], fds: list[int], close: set[int]
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        # Where temporary files go is the child's (its TMPDIR): ``torch._dynamo``'s import
+        # asked ``tempfile`` in the server, which keeps the answer.
+        tempfile.tempdir = None
         os.chdir(request["cwd"])
         launch = request["launch"]
         if launch["unshare"]:
