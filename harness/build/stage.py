@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kernelwatch.harness.build import memo
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS
 from kernelwatch.harness.build.cache import BuildCache
 from kernelwatch.harness.isolation.child import (
@@ -116,6 +117,16 @@ def run_build(
     Raises :class:`BuildFailed` (one line) when the suite cannot be loaded at all.
     ``on_plan(n)`` is called once with the number of builds, ``on_record`` per record.
     """
+    recall = _recall(request)
+    whole = recall.whole() if recall is not None else None
+    if whole is not None:  # an unchanged commit: no child, no compiler, no import
+        suite, records, recipes = whole
+        if on_plan is not None:
+            on_plan(len(records))
+        for record in records:
+            if on_record is not None:
+                on_record(record)
+        return BuildResult(suite, records, recipes)
     events: queue.Queue[tuple[Any, ...]] = queue.Queue()
     with sandbox() as box:
         # The sandbox's Triton cache is new for this run: Triton's own cache would skip ptxas
@@ -123,9 +134,11 @@ def run_build(
         env = {k: v for k, v in box.env().items() if k != "TRITON_INTERPRET"}
         request = replace(request, suite=box.suite(request.suite))
         cache = BuildCache(Path(request.cache_dir)) if request.cache_dir else None
+        if recall is not None:
+            recall.child_base = memo.base_of(request.suite)
         threads = [
             threading.Thread(
-                target=_worker, args=(request, w, box, env, cache, events), daemon=True
+                target=_worker, args=(request, w, box, env, cache, recall, events), daemon=True
             )
             for w in range(request.workers)
         ]
@@ -146,7 +159,7 @@ def run_build(
                 recipes = recipes or event[1]
             elif event[0] == "plan":
                 if not plans and on_plan is not None:
-                    on_plan(event[2])
+                    on_plan(event[2] + (recall.held_count() if recall is not None else 0))
                 plans.add((event[1], event[2]))
             else:
                 records[event[1]] = event[2]
@@ -160,7 +173,28 @@ def run_build(
             f"the build children disagree on the builds ({sorted(plans)}); is the suite "
             "deterministic?"
         )
-    return BuildResult(plans.pop()[0], [records[i] for i in sorted(records)], recipes)
+    suite = plans.pop()[0]
+    fresh = [records[i] for i in sorted(records)]
+    if recall is None:
+        return BuildResult(suite, fresh, recipes)
+    if request.cache_writes:
+        recall.remember(suite, fresh, recipes)
+    merged, recipes = recall.merge(fresh, recipes)
+    return BuildResult(suite, merged, recipes)
+
+
+def _recall(request: BuildRequest) -> memo.Recall | None:
+    """The memo of this request's suite (``memo.py``), or None without a cache or where the
+    suite's files cannot be known without importing it."""
+    if request.cache_dir is None:
+        return None
+    tree = memo.scan(request.suite)
+    if tree is None:
+        return None
+    what = {"archs": list(request.archs), "workload": request.workload,
+            "dtypes": list(request.dtypes), "every_dtype": request.every_dtype}  # fmt: skip
+    store = memo.Memo(tree, Path(request.cache_dir) / "memo", what, os.environ)
+    return memo.Recall(store, request.kernels)
 
 
 def _worker(
@@ -169,11 +203,14 @@ def _worker(
     box: Sandbox,
     env: dict[str, str],
     cache: BuildCache | None,
+    recall: memo.Recall | None,
     events: queue.Queue[tuple[Any, ...]],
 ) -> None:
     done: set[int] = set()
     try:
-        while not stop_requested() and _run_child(request, worker, box, env, cache, done, events):
+        while not stop_requested() and _run_child(
+            request, worker, box, env, cache, recall, done, events
+        ):
             pass
     finally:
         events.put(("done",))
@@ -185,6 +222,7 @@ def _run_child(
     box: Sandbox,
     env: dict[str, str],
     cache: BuildCache | None,
+    recall: memo.Recall | None,
     done: set[int],
     events: queue.Queue[tuple[Any, ...]],
 ) -> bool:
@@ -192,7 +230,7 @@ def _run_child(
     with tempfile.TemporaryFile(mode="w+b") as stderr:
         proc, lines = spawn(
             "kernelwatch.harness.build.worker",
-            request.plan(worker, done),
+            {**request.plan(worker, done), "memo": recall is not None},
             stderr,
             box,
             env,
@@ -239,6 +277,9 @@ def _run_child(
                 if kind in ("lookup", "store"):
                     _serve_cache(event, cache, request.cache_writes, proc)
                     continue
+                if kind == "kernels" and recall is not None:
+                    _answer(proc, {"held": recall.held(event.get("kernels"))})
+                    continue
                 if kind == "plan":
                     events.put(("plan", event["suite"], int(event["tasks"])))
                 elif kind == "recipes":
@@ -261,13 +302,17 @@ def _serve_cache(event: dict[str, Any], cache: BuildCache | None, writes: bool, 
     key = str(event.get("key", ""))
     if event["event"] == "lookup":
         hit = cache.get(key) if cache is not None else None
-        answer = json.dumps({"record": hit.to_json() if hit is not None else None})
-        with contextlib.suppress(OSError):  # the child died meanwhile
-            proc.stdin.write(answer.encode() + b"\n")
-            proc.stdin.flush()
+        _answer(proc, {"record": hit.to_json() if hit is not None else None})
     elif cache is not None and writes:
         with contextlib.suppress(ValueError, RecordError):
             cache.put(key, BuildMetrics.from_json(event["record"]))
+
+
+def _answer(proc: Any, answer: dict[str, Any]) -> None:
+    """One JSON line on the child's stdin."""
+    with contextlib.suppress(OSError):  # the child died meanwhile
+        proc.stdin.write(json.dumps(answer).encode() + b"\n")
+        proc.stdin.flush()
 
 
 def _recipes(data: Any) -> list[CaseRecipe]:

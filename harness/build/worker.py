@@ -12,13 +12,19 @@ recipe, once, after the plan: ``{"event": "recipes", "recipes": [{...}, ...]}``.
 cache is the parent's: the worker asks ``{"event": "lookup", "key": K}`` and reads
 ``{"record": {...} | null}`` on its stdin, and offers a fresh build with
 ``{"event": "store", "key": K, "record": {...}}``.
+With ``"memo": true`` in the plan, the worker first names the suite's kernels and the files
+their spec code lives in, ``{"event": "kernels", "kernels": [{"name": N, "files": [...]}]}``,
+and reads ``{"held": [N, ...]}``: the kernels the parent's memo already holds
+(``memo.py``), which it then neither records nor builds.
 A suite that cannot be imported ends with ``{"event": "fatal", "message": "..."}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib.util
+import inspect
 import json
 import sys
 from dataclasses import replace
@@ -56,9 +62,22 @@ def main() -> int:
     if bad:
         emit({"event": "fatal", "message": f"unknown dtype {bad[0]!r}; valid: {', '.join(DTYPES)}"})
         return EXIT_FATAL
+    kernels = list(plan["kernels"])
+    if plan.get("memo"):
+        # The parent answers from its memo with the kernels it already holds (memo.py).
+        named_kernels = [s for s in suite.kernels if not kernels or s.name in kernels]
+        claims = [{"name": s.name, "files": spec_files(s)} for s in named_kernels]
+        emit({"event": "kernels", "kernels": claims})
+        held = set(json.loads(sys.stdin.readline() or "{}").get("held", []))
+        kernels = [s.name for s in named_kernels if s.name not in held]
+        if not kernels:
+            emit({"event": "plan", "suite": suite.name, "tasks": 0})
+            if plan["worker"] == 0:
+                emit({"event": "recipes", "recipes": []})
+            return 0
     jobs, failures, recipes = plan_builds(
         suite,
-        plan["kernels"],
+        kernels,
         plan["workload"],
         plan["dtypes"],
         plan["archs"],
@@ -90,6 +109,34 @@ def main() -> int:
         record = build(task, suite.name, cache)
         emit({"event": "result", "task": index, "record": named(record)})
     return 0
+
+
+def spec_files(spec: Any) -> list[str]:
+    """The files ``spec``'s code lives in: each of its functions' and each module that holds
+    the spec itself. The parent keys the kernel's memo entry by these files' contents and the
+    modules they import (``memo.py``)."""
+    functions = [getattr(spec, name, None) for name in
+                 ("make_inputs", "make_outputs", "launch", "call", "reference", "flops",
+                  "min_bytes")]  # fmt: skip
+    functions.append(getattr(getattr(spec, "baseline", None), "fn", None))
+    files = set()
+    for function in functions:
+        if function is None:
+            continue
+        with contextlib.suppress(TypeError, ValueError):
+            file = inspect.getsourcefile(inspect.unwrap(function))
+            if file:
+                files.add(file)
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        library = not file or file.startswith(_LIBRARY_PREFIXES)
+        if not library and any(value is spec for value in list(vars(module).values())):
+            files.add(file)
+    return sorted(files)
+
+
+#: Where installed libraries live: their modules are not searched for a suite's specs.
+_LIBRARY_PREFIXES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
 
 
 class ParentCache:
