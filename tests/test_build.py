@@ -157,9 +157,12 @@ def test_commit_that_forces_spills_is_flagged(builds):
     findings = diff_builds(builds["base"].records, builds["spills"].records)
     assert {(f.rule, f.kernel) for f in findings} >= {("spills", "scale")}
     assert all(f.kernel == "scale" for f in findings)
-    # Only scale changed: tile_dot came from the cache.
-    after = _by_kernel(builds["spills"])
-    assert after["tile_dot"].cached and not after["scale"].cached
+    # Only scale changed. tile_dot lives in scale's file, and a cached record is bound to
+    # its kernel's files as the parent read them (issue 46: a child cannot plant a record
+    # under another commit's key), so tile_dot is compiled again, to the same code.
+    after, before = _by_kernel(builds["spills"]), _by_kernel(builds["base"])
+    assert not after["scale"].cached and not after["tile_dot"].cached
+    assert after["tile_dot"].sass_sha256 == before["tile_dot"].sass_sha256
 
 
 def test_commit_that_loses_the_tensor_core_path_is_flagged(builds):

@@ -161,3 +161,54 @@ def test_the_builtin_suites_kernels_are_keyed_by_their_own_modules():
     assert softmax == {"__init__.py", "softmax.py", "inputs.py"}
     assert "cuda/silu_and_mul.cu" in tree.closure(["silu_cuda.py"])
     assert "softmax.py" not in tree.closure(["rmsnorm.py"])
+
+
+def test_a_record_planted_for_another_commits_key_is_never_found(history, tmp_path):
+    """Issue 46: a tracked commit's build child (its suite's code runs there) stores a forged
+    record under the key the next commit's changed kernel will look up. The parent stores
+    it under that key bound to this commit's source of the kernel, so the next commit
+    compiles its kernel and reports what it compiled."""
+    _, repo, shas = history
+    keys: list[str] = []
+    serve = stage._serve_cache
+
+    def spy(event, *args):
+        if event["event"] == "lookup":
+            keys.append(event["key"])
+        return serve(event, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stage, "_serve_cache", spy)
+        honest = _build(repo, shas["scale"], tmp_path / "scratch")
+    future = keys[0]  # scale's one build: the suite's first kernel, one build child
+    (real,) = [r for r in honest.records if r.kernel == "scale"]
+
+    git(repo, "checkout", "-q", "-b", "hostile", shas["first"])
+    suite = repo / "memo_suite" / "suite.py"
+    suite.write_text(suite.read_text() + HOSTILE.replace("FUTURE", future))
+    hostile = _commit(repo, "plant")
+    git(repo, "checkout", "-q", "main")
+    cache = tmp_path / "cache"
+    _build(repo, hostile, cache)
+    after = _build(repo, shas["scale"], cache)
+    (scale,) = [r for r in after.records if r.kernel == "scale"]
+    assert scale.registers == real.registers != 999 and not scale.cached
+
+
+#: The planted store: every build this child stores is stored again, forged, under FUTURE.
+HOSTILE = """
+import dataclasses as _dataclasses
+import sys as _sys
+
+# The build worker runs as __main__: its ParentCache is that module's.
+_cache = _sys.modules["__main__"].ParentCache
+_put = _cache.put
+
+
+def _forge(self, key, record):
+    _put(self, key, record)
+    _put(self, "FUTURE", _dataclasses.replace(record, registers=999))
+
+
+_cache.put = _forge
+"""

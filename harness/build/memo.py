@@ -26,11 +26,13 @@ import ast
 import functools
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import sys
 import tempfile
 import threading
+import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -52,24 +54,28 @@ COMPILER_ENV = ("TRITON_", "NVCC_", "CUDA_", "PTXAS_")
 
 @dataclass(frozen=True)
 class SourceTree:
-    """A suite's files as the parent read them: ``files`` maps a path relative to ``base``
-    to its SHA-256, ``texts`` a Python file to its text, ``modules`` a module name to its
+    """A suite's files as the parent read them: ``files`` maps a file's name (its path
+    relative to the first of ``bases``, or ``@k/`` and its path relative to base ``k``) to
+    its SHA-256, ``texts`` a Python file to its text, ``modules`` a module name to its
     file, ``entry`` is the suite's module."""
 
-    base: Path
+    bases: tuple[Path, ...]
     files: Mapping[str, str]
     texts: Mapping[str, str]
     modules: Mapping[str, str]
     entry: str
 
-    def relative(self, path: str, base: Path) -> str | None:
-        """``path`` (as a build child saw it, its tree at ``base``) relative to the tree, or
-        None when it is not a file of the tree (a library's)."""
-        try:
-            rel = Path(path).resolve().relative_to(base).as_posix()
-        except (ValueError, OSError):
-            return None
-        return rel if rel in self.files else None
+    def relative(self, path: str, bases: Sequence[Path]) -> str | None:
+        """The name of ``path`` (as a build child saw it, its tree at ``bases``) in the tree,
+        or None when it is not a file of the tree (a library's)."""
+        for k, base in enumerate(bases):
+            try:
+                rel = Path(path).resolve().relative_to(base).as_posix()
+            except (ValueError, OSError):
+                continue
+            name = rel if k == 0 else f"@{k}/{rel}"
+            return name if name in self.files else None
+        return None
 
     def closure(self, start: Iterable[str]) -> dict[str, str] | None:
         """The files ``start`` decide a build with: themselves, every module of the tree
@@ -107,34 +113,37 @@ def scan(ref: SuiteRef) -> SourceTree | None:
     place = _place(ref)
     if place is None:
         return None
-    base, roots, entry = place
+    bases, roots, entry = place
     files: dict[str, str] = {}
     texts: dict[str, str] = {}
+    paths: dict[str, Path] = {}
     total = 0
-    for folder, dirs, names in os.walk(base):
-        here = Path(folder)
-        dirs[:] = sorted(
-            d for d in dirs
-            if not d.startswith(".") and d not in ("__pycache__", "node_modules")
-            and not (here / d / "pyvenv.cfg").exists()
-        )  # fmt: skip
-        for name in names:
-            path = here / name
-            # A hidden file is a tool's (a worktree's ``.git`` names its own folder).
-            if name.startswith(".") or name.endswith(INERT) or not path.is_file():
-                continue
-            data = path.read_bytes()
-            total += len(data)
-            if len(files) >= MAX_FILES or total > MAX_BYTES:
-                return None
-            rel = path.relative_to(base).as_posix()
-            files[rel] = hashlib.sha256(data).hexdigest()
-            if name.endswith(".py"):
-                texts[rel] = data.decode(errors="replace")
+    for k, base in enumerate(bases):
+        for folder, dirs, names in os.walk(base):
+            here = Path(folder)
+            dirs[:] = sorted(
+                d for d in dirs
+                if not d.startswith(".") and d not in ("__pycache__", "node_modules")
+                and not (here / d / "pyvenv.cfg").exists()
+            )  # fmt: skip
+            for name in names:
+                path = here / name
+                # A hidden file is a tool's (a worktree's ``.git`` names its own folder).
+                if name.startswith(".") or name.endswith(INERT) or not path.is_file():
+                    continue
+                data = path.read_bytes()
+                total += len(data)
+                if len(files) >= MAX_FILES or total > MAX_BYTES:
+                    return None
+                rel = path.relative_to(base).as_posix()
+                rel = rel if k == 0 else f"@{k}/{rel}"
+                files[rel] = hashlib.sha256(data).hexdigest()
+                paths[rel] = path
+                if name.endswith(".py"):
+                    texts[rel] = data.decode(errors="replace")
     modules: dict[str, str] = {}
-    for prefix, root in roots:
-        for rel in files:
-            path = base / rel
+    for prefix, root in roots:  # in the order they are on sys.path: the first one wins
+        for rel, path in paths.items():
             if rel.endswith(".py") and path.is_relative_to(root):
                 parts = list(path.relative_to(root).with_suffix("").parts)
                 if parts[-1] == "__init__":
@@ -142,22 +151,23 @@ def scan(ref: SuiteRef) -> SourceTree | None:
                 name = ".".join([prefix, *parts] if prefix else parts)
                 if name:
                     modules.setdefault(name, rel)
-    entry_rel = entry if entry in files else modules.get(entry)
+    tree = SourceTree(bases, files, texts, modules, "")
+    entry_rel = tree.relative(str(entry), bases) if isinstance(entry, Path) else modules.get(entry)
     if entry_rel is None:
         return None
-    return SourceTree(base, files, texts, modules, entry_rel)
+    return SourceTree(bases, files, texts, modules, entry_rel)
 
 
-def base_of(ref: SuiteRef) -> Path | None:
-    """The folder :func:`scan` reads for ``ref`` (the same tree seen from a build child's
-    copy gives the same relative paths)."""
+def bases_of(ref: SuiteRef) -> tuple[Path, ...]:
+    """The folders :func:`scan` reads for ``ref`` (the same trees seen from a build child's
+    copy give the same names)."""
     place = _place(ref)
-    return place[0] if place else None
+    return place[0] if place else ()
 
 
-def _place(ref: SuiteRef) -> tuple[Path, list[tuple[str, Path]], str] | None:
-    """(base folder, [(module prefix, import root)], entry: a path relative to base or a
-    module name) for ``ref``."""
+def _place(ref: SuiteRef) -> tuple[tuple[Path, ...], list[tuple[str, Path]], Path | str] | None:
+    """(the folders of the suite's tree, [(module prefix, import root)] in ``sys.path``
+    order, and its entry: a file or a module name) for ``ref``."""
     root = Path(ref.root).resolve() if ref.root else None
     src = ((root or Path.cwd()) / ref.src).resolve() if ref.src else None
     if ref.target == BUILTIN_SUITE:
@@ -168,16 +178,26 @@ def _place(ref: SuiteRef) -> tuple[Path, list[tuple[str, Path]], str] | None:
             if found is None or not found.submodule_search_locations:
                 return None
             package = Path(next(iter(found.submodule_search_locations))).resolve()
-        return package, [(BUILTIN_SUITE, package)], "__init__.py"
+        return (package,), [(BUILTIN_SUITE, package)], package / "__init__.py"
     if ref.is_file:
         file = Path(ref.target)
         file = (file if file.is_absolute() else (root or Path.cwd()) / file).resolve()
-        base = root if root is not None and file.is_relative_to(root) else file.parent
-        roots = [("", r) for r in (src, root, file.parent) if r is not None]
-        return base, roots, file.relative_to(base).as_posix()
+        roots = [r for r in (src, root, file.parent) if r is not None]
+        return _outermost(roots), [("", r) for r in roots], file
     if root is None:
         return None  # an installed module: its files are found only by importing it
-    return root, [("", r) for r in (src, root) if r is not None], ref.target
+    roots = [r for r in (src, root) if r is not None]
+    return _outermost(roots), [("", r) for r in roots], ref.target
+
+
+def _outermost(folders: list[Path]) -> tuple[Path, ...]:
+    """``folders`` less each one inside another, in order (a suite file kept beside the
+    repository, not in it, is a folder of its own)."""
+    kept: list[Path] = []
+    for folder in sorted(set(folders), key=lambda f: len(f.parts)):
+        if not any(folder.is_relative_to(k) for k in kept):
+            kept.append(folder)
+    return tuple(sorted(kept, key=folders.index))
 
 
 def _imports(text: str, module: str, package: bool) -> tuple[set[str], set[str]] | None:
@@ -290,10 +310,11 @@ class Recall:
     def __init__(self, memo: Memo, kernels: Sequence[str]) -> None:
         self.memo = memo
         self.kernels = list(kernels)
-        self.child_base: Path | None = None
+        self.child_bases: tuple[Path, ...] = ()
         self._lock = threading.Lock()
         self._claims: list[tuple[str, list[str], str | None]] | None = None
         self._held: dict[str, Any] = {}
+        self._digests: dict[Any, str | None] = {}
 
     def whole(self) -> tuple[str, list[BuildMetrics], list[CaseRecipe]] | None:
         """The suite's name, records and recipes when every kernel is held, else None."""
@@ -320,14 +341,33 @@ class Recall:
                 self._claims = []
                 for claim in claims if isinstance(claims, list) else []:
                     name, files = str(claim.get("name")), claim.get("files") or []
-                    rels = [self.memo.tree.relative(str(f), self.child_base) for f in files]
+                    rels = [self.memo.tree.relative(str(f), self.child_bases) for f in files]
                     mine = sorted({r for r in rels if r is not None})
-                    key = self.memo.kernel_key(name, mine) if self.child_base else None
+                    key = self.memo.kernel_key(name, mine)
                     value = self.memo.get(key) if key else None
                     self._claims.append((name, mine, key))
                     if isinstance(value, dict):
                         self._held[name] = value
             return list(self._held)
+
+    def bound(self, key: str, kernel: Any) -> str | None:
+        """The cache key this parent stores and looks up a child's build under: the key the
+        child sent bound to ``kernel``'s source files as this parent read them (comments and
+        blank lines left out, so an edited comment still finds its build). A child can so
+        store only under its own tree's source: a record it plants for another commit's
+        key is never found there. None for a kernel the parent cannot key (then nothing is
+        looked up or stored)."""
+        with self._lock:
+            if kernel not in self._digests:
+                files = next((f for n, f, _ in self._claims or [] if n == kernel), None)
+                closure = self.memo.tree.closure(files) if files else None
+                self._digests[kernel] = (
+                    None if closure is None else _source_digest(self.memo.tree, closure)
+                )
+            digest = self._digests[kernel]
+        if digest is None:
+            return None
+        return hashlib.sha256(f"{key}\0{digest}".encode()).hexdigest()
 
     def held_count(self) -> int:
         """How many records the held kernels bring."""
@@ -363,6 +403,25 @@ class Recall:
         if complete:
             kernels = [{"name": n, "files": f} for n, f, _ in self._claims or []]
             self.memo.put(self.memo.suite_key(self.kernels), {"suite": suite, "kernels": kernels})
+
+
+def _source_digest(tree: SourceTree, closure: Mapping[str, str]) -> str:
+    """A hash of ``closure``'s files with each Python file's comments and blank lines left
+    out (its tokens, not its lines); another file by its bytes."""
+    digest = hashlib.sha256()
+    for rel, sha in sorted(closure.items()):
+        digest.update(rel.encode() + b"\0")
+        text = tree.texts.get(rel)
+        if text is None:
+            digest.update(sha.encode())
+            continue
+        try:
+            tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+            kept = [t.string for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL)]
+        except (tokenize.TokenError, SyntaxError):
+            kept = [text]
+        digest.update("\x1f".join(kept).encode())
+    return digest.hexdigest()
 
 
 def _parse(held: list[Any]) -> tuple[list[BuildMetrics], list[CaseRecipe]]:

@@ -135,7 +135,7 @@ def run_build(
         request = replace(request, suite=box.suite(request.suite))
         cache = BuildCache(Path(request.cache_dir)) if request.cache_dir else None
         if recall is not None:
-            recall.child_base = memo.base_of(request.suite)
+            recall.child_bases = memo.bases_of(request.suite)
         threads = [
             threading.Thread(
                 target=_worker, args=(request, w, box, env, cache, recall, events), daemon=True
@@ -275,7 +275,7 @@ def _run_child(
                     events.put(("fatal", event["message"]))
                     return False
                 if kind in ("lookup", "store"):
-                    _serve_cache(event, cache, request.cache_writes, proc)
+                    _serve_cache(event, cache, recall, request.cache_writes, proc)
                     continue
                 if kind == "kernels" and recall is not None:
                     _answer(proc, {"held": recall.held(event.get("kernels"))})
@@ -296,16 +296,23 @@ def _run_child(
             kill(proc)
 
 
-def _serve_cache(event: dict[str, Any], cache: BuildCache | None, writes: bool, proc: Any) -> None:
+def _serve_cache(
+    event: dict[str, Any],
+    cache: BuildCache | None,
+    recall: memo.Recall | None,
+    writes: bool,
+    proc: Any,
+) -> None:
     """Answer a build child's cache lookup on its stdin, or store what it built when this
-    run may write the cache."""
-    key = str(event.get("key", ""))
+    run may write the cache: under the child's key bound to its kernel's source as this
+    process read it (``Recall.bound``), never under a key the child chose alone."""
+    bound = recall.bound(str(event.get("key", "")), event.get("kernel")) if recall else None
     if event["event"] == "lookup":
-        hit = cache.get(key) if cache is not None else None
+        hit = cache.get(bound) if cache is not None and bound is not None else None
         _answer(proc, {"record": hit.to_json() if hit is not None else None})
-    elif cache is not None and writes:
+    elif cache is not None and writes and bound is not None:
         with contextlib.suppress(ValueError, RecordError):
-            cache.put(key, BuildMetrics.from_json(event["record"]))
+            cache.put(bound, BuildMetrics.from_json(event["record"]))
 
 
 def _answer(proc: Any, answer: dict[str, Any]) -> None:

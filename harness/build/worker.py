@@ -9,9 +9,10 @@ Protocol: a JSON plan on stdin (``BuildRequest.plan``); JSON lines on stdout:
 (the record's identity, for the parent to report if this process dies) and
 ``{"event": "result", "task": i, "record": {...}}``. Worker 0 also sends every case's
 recipe, once, after the plan: ``{"event": "recipes", "recipes": [{...}, ...]}``. The build
-cache is the parent's: the worker asks ``{"event": "lookup", "key": K}`` and reads
-``{"record": {...} | null}`` on its stdin, and offers a fresh build with
-``{"event": "store", "key": K, "record": {...}}``.
+cache is the parent's, and only with the memo on: the worker asks ``{"event": "lookup",
+"key": K, "kernel": N}`` and reads ``{"record": {...} | null}`` on its stdin, and offers a
+fresh build with ``{"event": "store", "key": K, "kernel": N, "record": {...}}``; the parent
+binds ``K`` to kernel ``N``'s source as it read it (``memo.Recall.bound``).
 With ``"memo": true`` in the plan, the worker first names the suite's kernels and the files
 their spec code lives in, ``{"event": "kernels", "kernels": [{"name": N, "files": [...]}]}``,
 and reads ``{"held": [N, ...]}``: the kernels the parent's memo already holds
@@ -87,7 +88,7 @@ def main() -> int:
     emit({"event": "plan", "suite": suite.name, "tasks": len(tasks)})
     if plan["worker"] == 0:
         emit({"event": "recipes", "recipes": [r.to_json() for r in recipes]})
-    cache = ParentCache(emit) if plan["cache"] else None
+    cache = plan["cache"] and plan.get("memo")  # the parent keys the cache by the memo's tree
     skip = set(plan["skip"])
     families = {spec.name: spec.family for spec in suite.kernels}
 
@@ -106,7 +107,7 @@ def main() -> int:
             emit({"event": "result", "task": index, "record": named(task)})
             continue
         emit({"event": "begin", "task": index, "record": named(task.skeleton(suite.name))})
-        record = build(task, suite.name, cache)
+        record = build(task, suite.name, ParentCache(emit, task.kernel) if cache else None)
         emit({"event": "result", "task": index, "record": named(record)})
     return 0
 
@@ -144,16 +145,18 @@ class ParentCache:
     writes the files (kernel code here can neither read another run's entries nor plant
     one; the parent stores only what a trusted run built)."""
 
-    def __init__(self, emit: Emit) -> None:
+    def __init__(self, emit: Emit, kernel: str) -> None:
         self._emit = emit
+        self._kernel = kernel
 
     def get(self, key: str) -> BuildMetrics | None:
-        self._emit({"event": "lookup", "key": key})
+        self._emit({"event": "lookup", "key": key, "kernel": self._kernel})
         answer = json.loads(sys.stdin.readline() or "{}").get("record")
         return BuildMetrics.from_json(answer) if answer else None
 
     def put(self, key: str, record: BuildMetrics) -> None:
-        self._emit({"event": "store", "key": key, "record": record.to_json()})
+        record_json = record.to_json()
+        self._emit({"event": "store", "key": key, "kernel": self._kernel, "record": record_json})
 
 
 def _load(ref: SuiteRef) -> Any:
