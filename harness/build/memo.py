@@ -81,12 +81,14 @@ class SourceTree:
         """The files ``start`` decide a build with: themselves, every module of the tree
         they import (transitively; a package above an imported module is its file only, not
         what it imports), each other file of the tree their text names, and the entry file
-        (what it does with the specs). None when one of them does not parse (its import
-        fails in the child anyway)."""
+        (what it does with the specs; its own imports are not followed). None when one of
+        them does not parse (its import fails in the child anyway)."""
         owner = {rel: module for module, rel in sorted(self.modules.items(), reverse=True)}
         seen: set[str] = set()
         packages: set[str] = {self.entry}
-        todo = list(start)
+        # The entry imports every kernel's module: it is a file of each kernel's key, never
+        # followed, even when it holds the spec it re-exports (a package's ``__init__``).
+        todo = [rel for rel in start if rel != self.entry]
         while todo:
             rel = todo.pop()
             if rel in seen:
