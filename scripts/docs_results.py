@@ -366,7 +366,25 @@ def pr_scope(details: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def build_stage(details: dict[str, Any]) -> str:
+    """The build stage cold, unchanged and with one kernel changed, each as a share of the
+    cold build's wall time (docs/BENCHMARKS.md)."""
+    rows = details["rows"]
+    cold = rows["cold"]["wall_s"]
+    lines = [
+        "| build | builds | compiled | from the cache or memo | errors | wall s | of cold |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in rows.items():
+        lines.append(
+            f"| {name} | {row['builds']} | {row['compiled']} | {row['cached']} | {row['errors']} "
+            f"| {row['wall_s']:.1f} | {row['wall_s'] / cold:.1%} |"
+        )
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "build-stage": build_stage,
     "dashboards-latency": dashboards_latency,
     "detection-full": detection_full,
     "detection-summary": detection_summary,
