@@ -184,6 +184,11 @@ def _place(ref: SuiteRef) -> tuple[tuple[Path, ...], list[tuple[str, Path]], Pat
     if ref.is_file:
         file = Path(ref.target)
         file = (file if file.is_absolute() else (root or Path.cwd()) / file).resolve()
+        if root is not None and not file.is_relative_to(root):
+            # A suite file kept outside the checkout it imports (``--repo checkout/src`` with
+            # the file at the repository's top): two trees whose copies a sandbox places
+            # apart. Not remembered, and built without the cache, until that is keyed.
+            return None
         roots = [r for r in (src, root, file.parent) if r is not None]
         return _outermost(roots), [("", r) for r in roots], file
     if root is None:
