@@ -76,9 +76,14 @@ class BuildCache:
             return None
 
     def put(self, key: str, record: BuildMetrics) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            f.write(record.dumps())
-        os.replace(tmp, path)
+        write_whole(self._path(key), record.dumps())
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``path`` by renaming a finished file into place: parallel writers and an
+    interrupted run never leave a torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

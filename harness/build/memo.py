@@ -30,7 +30,6 @@ import io
 import json
 import os
 import sys
-import tempfile
 import threading
 import tokenize
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kernelwatch.harness.build.cache import ANALYSIS_VERSION
+from kernelwatch.harness.build.cache import cache_key, write_whole
 from kernelwatch.harness.records import BuildMetrics, CaseRecipe, RecordError
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 
@@ -268,11 +267,6 @@ def _toolchain(env: Mapping[str, str]) -> dict[str, Any]:
     return {**versions, "nvcc": cuda, "python": sys.version, "env": compiler_env}
 
 
-def _key(parts: Mapping[str, Any]) -> str:
-    canonical = json.dumps({**parts, "analysis": ANALYSIS_VERSION}, sort_keys=True, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 class Memo:
     """The memo of one build request over one tree (see the module docstring)."""
 
@@ -285,7 +279,7 @@ class Memo:
                         "request": dict(request)}  # fmt: skip
 
     def suite_key(self, kernels: Sequence[str]) -> str:
-        return _key({**self._common, "kernels": list(kernels), "files": self.tree.files})
+        return cache_key({**self._common, "kernels": list(kernels), "files": self.tree.files})
 
     def kernel_key(self, kernel: str, files: Sequence[str]) -> str | None:
         """The key of ``kernel`` whose spec code lives in ``files`` (relative), or None when
@@ -293,7 +287,7 @@ class Memo:
         closure = self.tree.closure(files) if files else None
         if closure is None:
             return None
-        return _key({**self._common, "kernel": kernel, "files": closure})
+        return cache_key({**self._common, "kernel": kernel, "files": closure})
 
     def get(self, key: str) -> Any:
         try:
@@ -302,12 +296,7 @@ class Memo:
             return None
 
     def put(self, key: str, value: Any) -> None:
-        path = self.folder / key[:2] / f"{key}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(value, f)
-        os.replace(tmp, path)
+        write_whole(self.folder / key[:2] / f"{key}.json", json.dumps(value))
 
 
 class Recall:
