@@ -29,7 +29,7 @@ from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
 from kernelwatch.flows.repos import commit_info, commits_between
 from kernelwatch.harness.isolation.worktree import RevisionError, checkout
-from kernelwatch.harness.records import ABMeasurement, CaseId, CommitInfo, DeviceInfo
+from kernelwatch.harness.records import ABMeasurement, CaseId, CommitInfo, DeviceInfo, StageTime
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.store.bisect_steps import record_bisection
 from kernelwatch.store.identity import series_key
@@ -191,12 +191,13 @@ def _search_ab(job: _Job) -> BisectOutcome:
         def probe(commit: str, round_: int) -> Probe:
             started = pipeline.now()
             with checkout(job.path, commit) as tree:
-                pairs = tasks.ab(
+                timed = tasks.ab(
                     repo, good_tree.path, tree.path, job.selection,
                     more_samples(config.bench, round_), timeout,
-                    config.pool(job.context.pool).gpus_per_node,
+                    config.pool(job.context.pool).gpus_per_node, stage="bisect",
                 )  # fmt: skip
-            _store(job.context, job.infos, commits[0], commit, pairs, started)
+            pairs = timed.records
+            _store(job.context, job.infos, commits[0], commit, pairs, started, timed.time)
             job.devices.extend(p.device for p in pairs[:1])
             for pair in pairs:
                 key = series_key(repo.name, pair.case, pair.device.name, pair.method)
@@ -220,10 +221,14 @@ def _search_checks(job: _Job) -> BisectOutcome:
     def check(commit: str, round_: int) -> Probe:
         started = pipeline.now()
         with checkout(job.path, commit) as tree:
-            checks = tasks.check(
-                job.repo, tree.path, job.config.run.case_timeout_s, job.selection or ()
-            )
-        run = pipeline.assemble(job.context, job.infos[commit], checks, started)
+            timed = tasks.check(
+                job.repo, tree.path, job.config.run.case_timeout_s, job.selection or (),
+                stage="bisect",
+            )  # fmt: skip
+        checks = timed.records
+        run = pipeline.assemble(
+            job.context, job.infos[commit], checks, started, stages=[timed.time]
+        )
         if run is not None:
             tasks.store(run)
         job.devices.extend(c.device for c in checks[:1])
@@ -262,10 +267,17 @@ def _store(
     probed: str,
     pairs: Sequence[ABMeasurement],
     started: str,
+    spent: StageTime,
 ) -> None:
+    """A probe's two sides as runs; its device time is the probed commit's run's."""
     base, head = pipeline.split_ab(pairs)
-    for commit, records, against in ((good, base, None), (probed, head, good)):
-        run = pipeline.assemble(context, infos[commit], records, started, base_commit=against)
+    for commit, records, against, stages in (
+        (good, base, None, ()),
+        (probed, head, good, (spent,)),
+    ):
+        run = pipeline.assemble(
+            context, infos[commit], records, started, base_commit=against, stages=stages
+        )
         if run is not None:
             tasks.store(run)
 

@@ -44,17 +44,18 @@ def run_commit(
     timeout = config.run.case_timeout_s
     with checkout(path, sha) as tree:
         try:
-            checks = tasks.check(repo, tree.path, timeout)
+            checked = tasks.check(repo, tree.path, timeout)
+            checks = checked.records
             built = tasks.build(repo, sha, tree.path, pipeline.buildable_kernels(checks))
         except (BuildFailed, SuiteError, SelectionUnavailable) as exc:
             return CommitOutcome(sha, "failed", error=str(exc))
         kernels = pipeline.timed_kernels(checks)
         options = pipeline.checked_options(config.bench, checks)
         gpus = config.pool(context.pool).gpus_per_node
-        measurements = tasks.bench(repo, tree.path, kernels, options, timeout, gpus)
-    measurements = pipeline.identified(measurements, pipeline.case_identities(repo, built))
+        timed = tasks.bench(repo, tree.path, kernels, options, timeout, gpus)
+    measurements = pipeline.identified(timed.records, pipeline.case_identities(repo, built))
     records = [*built.records, *checks, *measurements]
-    run = pipeline.assemble(context, commit, records, started)
+    run = pipeline.assemble(context, commit, records, started, stages=(checked.time, timed.time))
     if run is None:
         return CommitOutcome(sha, "failed", error="no case ran: the suite selected nothing")
     submitted = tasks.store(run)

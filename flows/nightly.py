@@ -23,10 +23,11 @@ from kernelwatch.flows.bisection import BisectSummary, bisect, more_samples
 from kernelwatch.flows.commit_run import CommitOutcome, run_commit
 from kernelwatch.flows.confirmation import OUTCOMES, NightReport, night_pass
 from kernelwatch.flows.notify import RegressionNotice, send
-from kernelwatch.flows.pipeline import RunContext
+from kernelwatch.flows.pipeline import RunContext, total
 from kernelwatch.flows.reporting import artifact_key, nightly_report, regression_notices
 from kernelwatch.harness.isolation.worktree import checkout, resolve
-from kernelwatch.harness.records import ABMeasurement
+from kernelwatch.harness.records import ABMeasurement, StageTime
+from kernelwatch.store.device_time import add_stage
 
 #: Regression kinds the nightly bisects (a static one is the night's own range: its builds
 #: are the evidence).
@@ -171,11 +172,19 @@ def confirm_tonight(
         head = trees.enter_context(checkout(path, outcome.sha)).path
         bases: dict[str, Path] = {}
 
+        spent: list[StageTime] = []
+
         def measure(base: str, kernels: tuple[str, ...], round_: int) -> list[ABMeasurement]:
             if base not in bases:
                 bases[base] = trees.enter_context(checkout(path, base)).path
             options = more_samples(config.bench, round_)
-            return tasks.ab(repo, bases[base], head, kernels, options, timeout)
+            timed = tasks.ab(repo, bases[base], head, kernels, options, timeout)
+            spent.append(timed.time)
+            return timed.records
 
         with tasks.store_connection() as conn:
-            return night_pass(conn, outcome.run_id, config.thresholds, config.confirm, measure)
+            report = night_pass(conn, outcome.run_id, config.thresholds, config.confirm, measure)
+            ab = total("ab", spent)
+            if ab is not None:
+                add_stage(conn, outcome.run_id, ab)
+            return report

@@ -8,11 +8,13 @@ every other case still runs. What is left here is choosing what to run and packa
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from kernelwatch.analysis.build_identity import CaseKey, case_key, identities
 from kernelwatch.config.settings import RepositoryConfig
@@ -34,11 +36,39 @@ from kernelwatch.harness.records import (
     CorrectnessResult,
     Measurement,
     RunInfo,
+    StageTime,
 )
 from kernelwatch.harness.suite import SuiteRef, at_revision
 from kernelwatch.harness.timing.pinning import pins_from_records
 from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.store.runfile import Run, RunRecord
+
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class Timed(Generic[_R]):
+    """A device stage's records and the device time it took (``StageTime``)."""
+
+    records: list[_R]
+    time: StageTime
+
+
+def timed(stage: str, call: Callable[[], list[_R]]) -> Timed[_R]:
+    """Run one device stage (``call`` starts its children and returns their records),
+    timed by this process's clock from its start to its end."""
+    start = time.monotonic()
+    records = call()
+    return Timed(records, StageTime(stage, round(time.monotonic() - start, 3), len(records)))
+
+
+def total(stage: str, parts: Iterable[StageTime]) -> StageTime | None:
+    """The device time of ``parts`` (the rounds of one stage) as one ``stage``; None when
+    there were none."""
+    spent = list(parts)
+    if not spent:
+        return None
+    return StageTime(stage, round(sum(p.device_s for p in spent), 3), sum(p.cases for p in spent))
 
 
 def suite_at(repo: RepositoryConfig, checkout: Path) -> SuiteRef:
@@ -206,9 +236,11 @@ def assemble(
     records: Sequence[RunRecord],
     started_at: str,
     base_commit: str | None = None,
+    stages: Iterable[StageTime | None] = (),
 ) -> Run | None:
-    """The run of ``records`` at ``commit``; None when no record says which device it ran on
-    (the suite did not even load), since a run without a device cannot be compared."""
+    """The run of ``records`` at ``commit``, with the device time of its ``stages`` (None:
+    a stage that did not run); None when no record says which device it ran on (the suite
+    did not even load), since a run without a device cannot be compared."""
     located = [r for r in records if isinstance(r, CorrectnessResult | Measurement)]
     if not located:
         return None
@@ -227,6 +259,7 @@ def assemble(
         base_commit=base_commit,
         pool=context.pool,
         orchestration_id=context.orchestration_id,
+        stages=tuple(s for s in stages if s is not None),
     )
     return Run.of(info, records)
 

@@ -102,8 +102,9 @@ def pr_check(
     timeout = config.run.case_timeout_s
     with checkout(path, base_sha) as a, checkout(path, head_sha) as b:
         try:
-            checks_a = tasks.check(repo, a.path, timeout)
-            checks_b = tasks.check(repo, b.path, timeout)
+            checked_a = tasks.check(repo, a.path, timeout)
+            checked_b = tasks.check(repo, b.path, timeout)
+            checks_a, checks_b = checked_a.records, checked_b.records
             built_a = tasks.build(repo, base_sha, a.path, pipeline.buildable_kernels(checks_a),
                                   trusted=False, every_dtype=True)  # fmt: skip
             built_b = tasks.build(repo, head_sha, b.path, pipeline.buildable_kernels(checks_b),
@@ -116,11 +117,14 @@ def pr_check(
             same = frozenset() if every_case else identical(ids_a, ids_b)
             kernels = changed(passed, [c.case for c in checks_b], same)
             gpus = config.pool(pool).gpus_per_node
-            pairs = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
+            first = tasks.ab(repo, a.path, b.path, kernels, config.bench, timeout, gpus)
+            pairs, spent = first.records, [first.time]
 
             def measure(chosen: tuple[str, ...], round_: int) -> list[ABMeasurement]:
                 options = more_samples(config.bench, round_)
-                return tasks.ab(repo, a.path, b.path, chosen, options, timeout, gpus)
+                again = tasks.ab(repo, a.path, b.path, chosen, options, timeout, gpus)
+                spent.append(again.time)
+                return again.records
 
             settled = settle(pairs, measure, config.thresholds, config.pr.device_seconds,
                              config.pr.max_rounds, changed_kernels(builds_a, builds_b))  # fmt: skip
@@ -130,14 +134,21 @@ def pr_check(
     side_a, side_b = pipeline.split_ab(pairs)
     side_a, side_b = pipeline.identified(side_a, ids_a), pipeline.identified(side_b, ids_b)
     run_a = pipeline.assemble(
-        context, commit_info(path, base_sha), [*builds_a, *checks_a, *side_a], started
+        context,
+        commit_info(path, base_sha),
+        [*builds_a, *checks_a, *side_a],
+        started,
+        stages=(checked_a.time,),
     )
+    # The A/B holds the device for both sides at once: its time is the head's run's, as the
+    # check is (pr_checks is keyed by it).
     run_b = pipeline.assemble(
         context,
         commit_info(path, head_sha),
         [*builds_b, *checks_b, *side_b],
         started,
         base_commit=base_sha,
+        stages=(checked_b.time, pipeline.total("ab", spent)),
     )
     if run_a is None or run_b is None:
         return _error(repo.name, to, "no case ran at base or head")

@@ -176,10 +176,17 @@ def build(
 
 @task(name="check", **_UNCACHED)
 def check(
-    repo: RepositoryConfig, checkout: Path, case_timeout_s: float, kernels: tuple[str, ...] = ()
-) -> list[CorrectnessResult]:
-    """Check one commit's kernels against their references."""
-    return pipeline.check_stage(repo, checkout, case_timeout_s, kernels)
+    repo: RepositoryConfig,
+    checkout: Path,
+    case_timeout_s: float,
+    kernels: tuple[str, ...] = (),
+    stage: str = "check",
+) -> pipeline.Timed[CorrectnessResult]:
+    """Check one commit's kernels against their references (a bisection's probe names its
+    ``stage``)."""
+    return pipeline.timed(
+        stage, lambda: pipeline.check_stage(repo, checkout, case_timeout_s, kernels)
+    )
 
 
 @task(name="bench", **_UNCACHED)
@@ -190,10 +197,14 @@ def bench(
     options: BenchOptions,
     case_timeout_s: float,
     gpus: int = 1,
-) -> list[Measurement]:
-    """Time one commit's kernels, alone on the device (on ``gpus`` GPUs, all of them)."""
+) -> pipeline.Timed[Measurement]:
+    """Time one commit's kernels, alone on the device (on ``gpus`` GPUs, all of them); its
+    device time counts from the moment it holds the device."""
     with device_slot(gpus):
-        return pipeline.bench_stage(repo, checkout, kernels, options, case_timeout_s)
+        return pipeline.timed(
+            "bench",
+            lambda: pipeline.bench_stage(repo, checkout, kernels, options, case_timeout_s),
+        )
 
 
 @task(name="ab", **_UNCACHED)
@@ -205,11 +216,14 @@ def ab(
     options: BenchOptions,
     case_timeout_s: float,
     gpus: int = 1,
-) -> list[ABMeasurement]:
+    stage: str = "ab",
+) -> pipeline.Timed[ABMeasurement]:
     """Time two commits' kernels (None: the repository's selection) interleaved, alone on
-    the device (on ``gpus`` GPUs, all of them)."""
+    the device (on ``gpus`` GPUs, all of them); a bisection's probe names its ``stage``."""
     with device_slot(gpus):
-        return pipeline.ab_stage(repo, base, head, kernels, options, case_timeout_s)
+        return pipeline.timed(
+            stage, lambda: pipeline.ab_stage(repo, base, head, kernels, options, case_timeout_s)
+        )
 
 
 @task(name="store", **_UNCACHED, retry_condition_fn=infrastructure_only, **_RETRY)

@@ -560,6 +560,30 @@ class CommitInfo:
 
 TRIGGERS = ("nightly", "pr", "bisect", "manual")
 
+#: The stages that hold a device, as ``StageTime.stage`` names them: the correctness check,
+#: the timing, an A/B (the same night's confirmation, a PR check's comparison), a bisection's
+#: probes and the GPU host's self-check. The build is not among them: it compiles on the
+#: worker's CPUs and takes no device slot.
+STAGES = ("check", "bench", "ab", "bisect", "selfcheck")
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """The device seconds one stage of a run spent: the wall time, by the parent's clock,
+    from its first child's start to its last child's end (their imports, compiles, restarts
+    and timeouts included: what a GPU-hour pays for), and the case records it produced. On a
+    CPU run the same clock runs, so the figure says what the stage would hold."""
+
+    stage: str
+    device_s: float
+    cases: int = 0
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"unknown stage {self.stage!r}; expected one of {STAGES}")
+        if not self.device_s >= 0 or self.cases < 0:
+            raise ValueError(f"a stage's seconds and cases are not negative: {self}")
+
 
 @dataclass(frozen=True)
 class RunInfo(JsonRecord, kind="run"):
@@ -583,6 +607,9 @@ class RunInfo(JsonRecord, kind="run"):
     base_commit: str | None = None
     pool: str | None = None
     orchestration_id: str | None = None
+    #: The device time its stages spent; stages run for it afterwards (the same night's
+    #: A/B) are added to the store then (``store/device_time.py``).
+    stages: tuple[StageTime, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunInfo:

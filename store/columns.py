@@ -297,7 +297,7 @@ RUNS = Table(
         given("builds", "integer"),
         given("extra", "jsonb"),
     ),
-    {},
+    {"stages": "the device_time table (store/device_time.py)"},
     # Which suite file and revision the run imported: its provenance, not its environment.
     extra=("software.suite_source",),
 )

@@ -40,6 +40,7 @@ from kernelwatch.store.columns import (
     Table,
     attribute,
 )
+from kernelwatch.store.device_time import insert_stages
 from kernelwatch.store.identity import canonical_params, case_key, series_key
 from kernelwatch.store.measurement_rows import COLUMNS as MEASUREMENT_COLUMNS
 from kernelwatch.store.measurement_rows import rows as measurement_rows
@@ -113,6 +114,7 @@ class Ingester:
             if inserted is None:  # a concurrent writer committed the same run first
                 return IngestResult(info.run_id, stored=False)
             run_pk, started_at = inserted
+            insert_stages(cur, run_pk, info.stages)
             self._kernel_families(cur, info, [*builds, *checks, *measurements])
             samples, series_ids = self._measurements(cur, info, run_pk, started_at, measurements)
             self._correctness(cur, info, run_pk, checks)

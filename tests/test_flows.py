@@ -141,23 +141,27 @@ def _interfered(bench, factor: float):
     Only the nightly's own timing sees it; the A/B that checks it runs afterwards, alone."""
 
     def slowed(*args, **kwargs):
-        return [
-            dataclasses.replace(
-                m,
-                samples_ns=tuple(factor * s for s in m.samples_ns),
-                summary=dataclasses.replace(
-                    m.summary,
-                    **{
-                        f.name: factor * getattr(m.summary, f.name)
-                        for f in dataclasses.fields(m.summary)
-                        if f.name.endswith("_ns")
-                    },
-                ),
-            )
-            if m.summary is not None
-            else m
-            for m in bench(*args, **kwargs)
-        ]
+        timed = bench(*args, **kwargs)
+        return dataclasses.replace(
+            timed,
+            records=[
+                dataclasses.replace(
+                    m,
+                    samples_ns=tuple(factor * s for s in m.samples_ns),
+                    summary=dataclasses.replace(
+                        m.summary,
+                        **{
+                            f.name: factor * getattr(m.summary, f.name)
+                            for f in dataclasses.fields(m.summary)
+                            if f.name.endswith("_ns")
+                        },
+                    ),
+                )
+                if m.summary is not None
+                else m
+                for m in timed.records
+            ],
+        )
 
     return slowed
 
@@ -197,6 +201,54 @@ def test_an_interference_outlier_is_checked_by_ab_and_kept_as_noise(nights, data
         ).fetchone()[0]
     assert row[0] == "SAME" and 0.5 < row[1] < 1.5 and row[2] is None  # within the margin
     assert on_chart == 1  # the checked point is a point of the series' history chart
+
+
+def _stages(conn, run_id: str) -> dict[str, tuple[float, int]]:
+    """The stored run's device seconds and cases by stage."""
+    rows = conn.execute(
+        "SELECT stage, device_s, cases FROM report_device_time WHERE run_id = %s", (run_id,)
+    ).fetchall()
+    return {stage: (seconds, cases) for stage, seconds, cases in rows}
+
+
+def _case_seconds(conn, run_id: str) -> dict[str, float]:
+    """The stored run's cases' own seconds, summed by stage."""
+    rows = conn.execute(
+        "SELECT stage, sum(device_s) FROM report_case_device_seconds WHERE run_id = %s "
+        "GROUP BY stage",
+        (run_id,),
+    ).fetchall()
+    return dict(rows)
+
+
+def test_every_nightly_stage_stores_its_device_seconds_per_run_and_per_case(nights, database):
+    """Issue 49: each nightly run holds the device seconds of its check and its timing, the
+    interference night also its same-night A/B, and each bisection probe's run its probe;
+    each stage's time, by the flow's clock, covers what its cases spent in their children."""
+    with psycopg.connect(database) as conn:
+        for night, summary in enumerate(nights):
+            run_id = summary.commit.run_id
+            stages = _stages(conn, run_id)
+            counts = conn.execute(
+                "SELECT correctness, measurements FROM runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+            assert stages["check"][1] == counts[0] and stages["bench"][1] == counts[1], stages
+            confirmed = night in (INTERFERENCE_NIGHT, CULPRIT_NIGHT)
+            assert ("ab" in stages) == confirmed, (night, stages)
+            for stage, own in _case_seconds(conn, run_id).items():
+                assert 0 < own <= stages[stage][0], (night, stage, own, stages)
+        spent = conn.execute("SELECT sum(gpu_seconds), count(*) FROM bisect_steps").fetchone()
+        probes = conn.execute(
+            "SELECT sum(device_s), sum(cases), count(DISTINCT run_id) FROM report_device_time "
+            "WHERE trigger = 'bisect' AND stage = 'bisect'"
+        ).fetchone()
+        other = conn.execute(
+            "SELECT count(*) FROM report_device_time WHERE trigger = 'bisect' AND stage <> 'bisect'"
+        ).fetchone()[0]
+    # Every probe is one A/B whose time is the probed commit's run's; its pairs' own time
+    # (what bisect_steps keeps) is within it.
+    assert probes[2] >= 2 and probes[1] >= spent[1] and other == 0, (probes, spent)
+    assert 0 < spent[0] <= probes[0], (spent, probes)
 
 
 def test_a_slowdown_on_the_last_night_is_confirmed_bisected_and_announced_that_night(
@@ -374,6 +426,19 @@ def test_pr_check_times_only_the_kernel_a_head_changes_with_a_full_checks_verdic
         sides.setdefault(kernel, set()).add(identity)
     assert {k: len(v) for k, v in sides.items()} == {"rms_norm": 2, "softmax": 1,
                                                      "silu_and_mul": 1}, stored  # fmt: skip
+    # Issue 49: each side's run holds its check's device seconds; the head's also the A/B's,
+    # one case in the first check, three in the full one.
+    with psycopg.connect(database) as conn:
+        checks = conn.execute(
+            "SELECT h.run_id, b.run_id FROM pr_checks p JOIN runs h ON h.id = p.head_run_id "
+            "JOIN runs b ON b.id = p.base_run_id ORDER BY h.id"
+        ).fetchall()[-2:]
+        spent = [(_stages(conn, head), _stages(conn, base)) for head, base in checks]
+        own = [_case_seconds(conn, head) for head, _ in checks]
+    for (head, base), cases, timed in zip(spent, own, (1, 3), strict=True):
+        assert set(head) == {"check", "ab"} and set(base) == {"check"}, (head, base)
+        assert head["ab"][1] == timed and head["check"][1] == base["check"][1] == 3, head
+        assert all(0 < seconds <= head[stage][0] for stage, seconds in cases.items()), cases
 
 
 def _on_the_margin(pair):
@@ -421,9 +486,8 @@ def test_pr_check_settles_an_inconclusive_case_before_it_answers(
 
     def ab(repo, base, head, kernels, options, *args, **kwargs):
         asked.append((tuple(kernels), options.min_samples, options.budget_s))
-        return [
-            _on_the_margin(p) for p in real(repo, base, head, kernels, options, *args, **kwargs)
-        ]
+        timed = real(repo, base, head, kernels, options, *args, **kwargs)
+        return dataclasses.replace(timed, records=[_on_the_margin(p) for p in timed.records])
 
     monkeypatch.setattr(tasks, "ab", ab)
     out = tmp_path / "margin"

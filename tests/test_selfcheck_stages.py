@@ -177,6 +177,11 @@ def test_each_stage_may_run_until_its_share_of_the_deadline_counted_from_the_sta
         **dict.fromkeys(backend.stop_at, "done in 1 s"),
     }
     assert report["seconds"] == 4.0 and report["deadline_s"] == 2 * SHARES
+    # Issue 49: the device seconds the self-check held, whole and by stage.
+    assert report["device_time"] == {
+        "stage": "selfcheck", "device_s": 4.0, "cases": 0,
+        "by_stage": dict.fromkeys(backend.stop_at, 1.0),
+    }  # fmt: skip
 
 
 def test_without_ncu_its_share_goes_to_the_other_stages_and_the_report_says_it_was_skipped(

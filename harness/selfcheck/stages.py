@@ -62,7 +62,7 @@ from kernelwatch.harness.isolation.supervise import (
     run_checks,
     run_selfcheck,
 )
-from kernelwatch.harness.records import CorrectnessResult, Measurement
+from kernelwatch.harness.records import CorrectnessResult, Measurement, StageTime
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteRef
 from kernelwatch.harness.timing.pinning import pins_from_records
 from kernelwatch.harness.timing.request import BenchOptions, SelfcheckOptions
@@ -301,6 +301,8 @@ class _Report(Generic[F]):
         self.stages: dict[str, str] = {}
         self.folder: Path | None = None
         self.seconds = 0.0
+        #: Each stage's seconds by the self-check's clock, as it ended (issue 49).
+        self.spent: dict[str, float] = {}
 
     def update(self, stage: str, data: dict[str, Any], seconds: float) -> None:
         self.data[stage] = data
@@ -317,6 +319,12 @@ class _Report(Generic[F]):
                 "seconds": round(self.seconds, 1),
                 "deadline_s": self.plan.deadline_s,
                 "stages": self.stages,
+                # The device time the whole self-check held the GPU, as every stage of a
+                # run is counted (harness/records.py StageTime), and each of its stages'.
+                "device_time": {
+                    **asdict(StageTime("selfcheck", round(self.seconds, 3))),
+                    "by_stage": self.spent,
+                },
                 "findings": [asdict(f) for f in findings],
                 "data": self.data,
             },
@@ -395,6 +403,7 @@ def run_stages(
         except SuiteError as exc:  # this stage's child died: the other stages still run
             ended = f"failed: {exc}"
         report.stages[stage] = f"{ended} in {backend.clock() - began:.0f} s"
+        report.spent[stage] = round(backend.clock() - began, 3)
         report.seconds = backend.clock() - run.start
         report.write()
     if not backend.has_ncu():
