@@ -23,8 +23,9 @@ app.add_typer(dashboards_app, name="dashboards")
 
 def _checked_dashboards(pools: Sequence[str]) -> list[dict]:
     from kernelwatch.dashboards import catalog, checks
+    from kernelwatch.dashboards.cost import Prices
 
-    dashboards = catalog.dashboards(pools)
+    dashboards = catalog.dashboards(pools, Prices.from_config(configuration()))
     found = checks.problems(dashboards)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

@@ -106,6 +106,8 @@ def print_nightly(summary: NightlySummary) -> None:
         stderr.print(f"  error: {c.error}", markup=False)
     for kernel, reason in sorted(c.failed.items()):
         stderr.print(f"  {kernel} failed: {reason}", markup=False)
+    if c.untimed:
+        stderr.print(f"  {c.untimed}", markup=False)
     for line in summary.night_lines():
         stderr.print(f"  {line.removeprefix('- ')}", markup=False, highlight=False)
     stderr.print(

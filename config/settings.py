@@ -122,6 +122,41 @@ class BisectSettings:
 
 
 @dataclass(frozen=True)
+class PoolCost:
+    """What one pool's GPU time costs and what its nightly may spend (``[cost.NAME]``, NAME
+    a pool under ``[pools]`` or ``local``). A run on a pool of several GPUs a node holds them
+    all: its device seconds count once per GPU."""
+
+    gpu_hour: float | None = None
+    """The price of one GPU-hour on the pool, in ``[cost] currency`` (unset: not priced; the
+    cost panels and the PR comment give its GPU-hours alone)."""
+    nightly_budget_s: float | None = None
+    """Device seconds the nightly's timing may spend on the pool (unset: no budget): a case
+    not timed within it is left untimed, and the nightly's summary names its kernels."""
+
+    def __post_init__(self) -> None:
+        if self.gpu_hour is not None and self.gpu_hour < 0:
+            raise ValueError(f"gpu_hour must be at least 0, got {self.gpu_hour}")
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    """What GPU time costs (``[cost]``): a price per GPU-hour and a nightly device-time
+    budget per pool, each in a ``[cost.NAME]`` table of its own. The device seconds are
+    what each run stored (docs/STORE.md ``device_time``); the prices are the file's, so a
+    cost panel shows history at today's price (``kernelwatch dashboards push`` after a
+    change)."""
+
+    currency: str = "USD"
+    """The currency of every ``gpu_hour``, as the panels and the PR comment name it."""
+    pools: Mapping[str, PoolCost] = field(default_factory=dict)
+
+    def of(self, pool: str) -> PoolCost:
+        """``pool``'s prices and budget (none configured: neither)."""
+        return self.pools.get(pool, PoolCost())
+
+
+@dataclass(frozen=True)
 class PrSettings:
     """How a PR check settles what its first A/B left inconclusive (``[pr]``): the kernels of
     AMBIGUOUS cases are timed again with twice the samples each round, a static change
@@ -229,6 +264,7 @@ class Config:
     notifications: Notifications = field(default_factory=Notifications)
     serving: ServingSettings = field(default_factory=ServingSettings)
     pr: PrSettings = field(default_factory=PrSettings)
+    cost: CostSettings = field(default_factory=CostSettings)
 
     def repository_at(self, path: Path) -> RepositoryConfig | None:
         """The repository whose local checkout (``source``) holds ``path``, the innermost
@@ -287,7 +323,7 @@ def load(path: Path | None = None) -> Config:
 #: The tables of the file, in the order docs/CONFIG.md lists them.
 TABLES = (
     "database", "repositories", "pools", "bench", "run", *SECTIONS, "thresholds",
-    "notifications", "serving", "pr",
+    "notifications", "serving", "pr", "cost",
 )  # fmt: skip
 #: The BenchOptions fields that make sense in a file (the rest are computed or
 #: per-invocation).
@@ -344,6 +380,7 @@ def parse(data: Mapping[str, Any], file: Path | None) -> Config:
         ),
         serving=record(ServingSettings, table(data, "serving", where), "[serving]", where),
         pr=record(PrSettings, table(data, "pr", where), "[pr]", where),
+        cost=_cost(data, where, pools),
     )
 
 
@@ -362,6 +399,23 @@ def _repositories(data: Mapping[str, Any], file: Path) -> dict[str, RepositoryCo
             )
         repositories[repo.name] = repo
     return repositories
+
+
+def _cost(data: Mapping[str, Any], file: Path, pools: Mapping[str, PoolConfig]) -> CostSettings:
+    block = table(data, "cost", file)
+    top = {key: value for key, value in block.items() if not isinstance(value, dict)}
+    cost = record(CostSettings, top, "[cost]", file, ("currency",))
+    priced: dict[str, PoolCost] = {}
+    for name, sub in block.items():
+        if not isinstance(sub, dict):
+            continue
+        if name not in pools and name != LOCAL_POOL:
+            raise ConfigError(
+                f"{file}: [cost.{name}]: no pool {name!r} under [pools]; name one of "
+                f"{', '.join([LOCAL_POOL, *pools])}"
+            )
+        priced[name] = record(PoolCost, sub, f"[cost.{name}]", file)
+    return dataclasses.replace(cost, pools=priced)
 
 
 def _pools(data: Mapping[str, Any], file: Path) -> dict[str, PoolConfig]:

@@ -1,12 +1,13 @@
 """Fleet noise and health: per-GPU noise and throttling per day, which devices are
-quarantined over the time range and why, and the runs that failed: "which node is noisy"."""
+quarantined over the time range and why, and the runs that failed: "which node is noisy";
+and what the fleet's device time cost, per pool and night and per PR check (``cost.py``)."""
 
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as sdk
 from grafana_foundation_sdk.builders import timeseries
 
-from kernelwatch.dashboards import common
+from kernelwatch.dashboards import common, cost
 
 UID = "kw-health"
 
@@ -29,9 +30,9 @@ ORDER BY 1
     )
 
 
-def dashboard() -> sdk.Dashboard:
-    """The fleet noise and health dashboard."""
-    return (
+def dashboard(prices: cost.Prices = cost.UNPRICED) -> sdk.Dashboard:
+    """The fleet noise and health dashboard, its cost panels at ``prices``."""
+    board = (
         common.new_dashboard(
             UID,
             "kernelwatch: fleet noise and health",
@@ -131,3 +132,6 @@ ORDER BY flagged DESC, rate DESC
             .override_by_name("p_value", [common.unit("sci")])
         )
     )
+    for panel in cost.panels(prices):
+        board = board.with_panel(panel)
+    return board

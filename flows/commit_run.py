@@ -28,6 +28,7 @@ class CommitOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     spooled: str | None = None
     error: str | None = None
+    untimed: str | None = None
 
 
 def run_commit(
@@ -52,7 +53,8 @@ def run_commit(
         kernels = pipeline.timed_kernels(checks)
         options = pipeline.checked_options(config.bench, checks)
         gpus = config.pool(context.pool).gpus_per_node
-        timed = tasks.bench(repo, tree.path, kernels, options, timeout, gpus)
+        budget = config.cost.of(context.pool).nightly_budget_s
+        timed = tasks.bench(repo, tree.path, kernels, options, timeout, gpus, budget)
     measurements = pipeline.identified(timed.records, pipeline.case_identities(repo, built))
     records = [*built.records, *checks, *measurements]
     run = pipeline.assemble(context, commit, records, started, stages=(checked.time, timed.time))
@@ -67,4 +69,5 @@ def run_commit(
         measured=sum(1 for m in measurements if m.status == "ok"),
         failed=pipeline.failed_kernels(records),
         spooled=str(submitted.spooled) if submitted.spooled else None,
+        untimed=timed.untimed,
     )

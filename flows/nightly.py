@@ -63,6 +63,8 @@ class NightlySummary:
             f"{c.measured} timed" + (f"; error: {c.error}" if c.error else ""),
         ]
         lines += [f"  - `{k}` failed: {reason}" for k, reason in sorted(c.failed.items())]
+        if c.untimed:
+            lines.append(f"  - {c.untimed}")
         lines += self.night_lines()
         lines.append(
             f"- detection: {self.change_points} new change points, "

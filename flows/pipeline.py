@@ -52,6 +52,8 @@ class Timed(Generic[_R]):
 
     records: list[_R]
     time: StageTime
+    #: What a device-time budget left untimed, in one line (None: nothing).
+    untimed: str | None = None
 
 
 def timed(stage: str, call: Callable[[], list[_R]]) -> Timed[_R]:
@@ -154,8 +156,12 @@ def bench_stage(
     kernels: Sequence[str],
     options: BenchOptions,
     case_timeout_s: float,
+    budget_s: float | None = None,
+    on_plan: Callable[[int], None] | None = None,
 ) -> list[Measurement]:
-    """Time ``kernels`` (all of them must have passed correctness) with ``options``."""
+    """Time ``kernels`` (all of them must have passed correctness) with ``options``; with
+    ``budget_s``, only the cases done within that many seconds of the start (the one then
+    running is stopped). ``on_plan`` is told how many cases the child planned."""
     if not kernels:
         return []
     request = BenchRequest(
@@ -166,8 +172,25 @@ def bench_stage(
         params=repo.params,
         case_timeout_s=case_timeout_s,
         options=options,
+        stop_at=None if budget_s is None else time.monotonic() + budget_s,
     )
-    return list(run_benches(request))
+    return list(run_benches(request, on_plan))
+
+
+def untimed_by_budget(
+    kernels: Sequence[str], measured: Sequence[Measurement], planned: int, budget_s: float | None
+) -> str | None:
+    """What a timing stage stopped by its device-time budget left untimed, in one line
+    (None: it timed every case it planned)."""
+    if budget_s is None or len(measured) >= planned:
+        return None
+    timed = {m.case.kernel for m in measured}
+    none = [k for k in kernels if k not in timed]
+    which = f"; not a case timed of {', '.join(none)}" if none else ""
+    return (
+        f"the timing stopped at the pool's {budget_s:.0f} s budget ([cost] nightly_budget_s): "
+        f"{planned - len(measured)} of {planned} cases untimed{which}"
+    )
 
 
 def ab_stage(

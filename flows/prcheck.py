@@ -43,7 +43,7 @@ from kernelwatch.harness.records import ABMeasurement, BuildMetrics, CaseId
 from kernelwatch.report import signature
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.html import write_compare_report
-from kernelwatch.report.markdown import error_comment, merge_verdict, pr_comment
+from kernelwatch.report.markdown import device_line, error_comment, merge_verdict, pr_comment
 from kernelwatch.report.repro import repository_sources
 from kernelwatch.store.pr_findings import PrCheck, insert_pr_check
 
@@ -166,7 +166,10 @@ def pr_check(
                         branch, author)  # fmt: skip
         insert_pr_check(conn, run_b.info.run_id, run_a.info.run_id, check, pr_findings(comparison))
     comment = out / "pr-comment.md"
-    markdown = pr_comment(comparison, report_link=link)
+    held_s = sum(t.device_s for r in (run_a, run_b) for t in r.info.stages)
+    price = config.cost.of(pool).gpu_hour
+    device = device_line(held_s, pool, gpus, price, config.cost.currency)
+    markdown = pr_comment(comparison, report_link=link, device=device)
     comment.write_text(markdown)
     _publish(markdown, repo.name, to)
     return PrCheckSummary(repo.name, base_sha, head_sha, comparison.outcome, str(comment),

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -197,14 +198,21 @@ def bench(
     options: BenchOptions,
     case_timeout_s: float,
     gpus: int = 1,
+    budget_s: float | None = None,
 ) -> pipeline.Timed[Measurement]:
-    """Time one commit's kernels, alone on the device (on ``gpus`` GPUs, all of them); its
-    device time counts from the moment it holds the device."""
+    """Time one commit's kernels, alone on the device (on ``gpus`` GPUs, all of them), within
+    ``budget_s`` device seconds (None: all of them); its device time counts from the moment
+    it holds the device. What the budget left untimed is the result's ``untimed``."""
+    planned: list[int] = []
     with device_slot(gpus):
-        return pipeline.timed(
+        timed = pipeline.timed(
             "bench",
-            lambda: pipeline.bench_stage(repo, checkout, kernels, options, case_timeout_s),
+            lambda: pipeline.bench_stage(
+                repo, checkout, kernels, options, case_timeout_s, budget_s, planned.append
+            ),
         )
+    note = pipeline.untimed_by_budget(kernels, timed.records, sum(planned), budget_s)
+    return dataclasses.replace(timed, untimed=note)
 
 
 @task(name="ab", **_UNCACHED)

@@ -50,12 +50,27 @@ class _Table:
 
 
 def pr_comment(
-    comparison: Comparison, report_link: str | None = None, limit: int = GITHUB_LIMIT
+    comparison: Comparison,
+    report_link: str | None = None,
+    limit: int = GITHUB_LIMIT,
+    device: str | None = None,
 ) -> str:
-    """The markdown comment for a PR check, at most ``limit`` characters long."""
+    """The markdown comment for a PR check, at most ``limit`` characters long; ``device``:
+    what it cost (:func:`device_line`)."""
     head = _headline(comparison)
-    tail = _tail(comparison, report_link)
+    tail = _tail(comparison, report_link, device)
     return _fit(head, _tables(comparison), tail, limit)
+
+
+def device_line(
+    device_s: float, pool: str, gpus: int, gpu_hour: float | None, currency: str
+) -> str:
+    """What a check's device time cost: its seconds, the GPU-hours they are on ``pool``
+    (whose runs hold ``gpus`` GPUs each) and, where the pool is priced, their price."""
+    hours = device_s * gpus / 3600.0
+    price = "" if gpu_hour is None else f", {hours * gpu_hour:.2f} {currency}"
+    held = f", {gpus} GPUs a run" if gpus > 1 else ""
+    return f"Device time: {device_s:.0f} s on pool {pool}{held}: {hours:.3f} GPU-hours{price}."
 
 
 def merge_verdict(c: Comparison) -> str:
@@ -151,7 +166,7 @@ def _checks(title: str, noun: str, rows: tuple[CorrectnessRow, ...]) -> _Table:
     )
 
 
-def _tail(c: Comparison, report_link: str | None) -> str:
+def _tail(c: Comparison, report_link: str | None, device: str | None = None) -> str:
     same = len(c.with_verdict("SAME"))
     ambiguous = len(c.with_verdict("AMBIGUOUS"))
     parts = [f"{same} cases the same within ±{c.verdict_config.margin:.1%}"]
@@ -162,6 +177,8 @@ def _tail(c: Comparison, report_link: str | None) -> str:
     if c.only_head:
         parts.append(f"{len(c.only_head)} only at head")
     lines = ["", "; ".join(parts) + "."]
+    if device:
+        lines.append(device)
     if report_link:
         lines.append(f"Full report: {report_link}")
     else:

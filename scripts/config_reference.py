@@ -80,6 +80,12 @@ gpu = "H100"
 work_pool = "b200-k8s"
 gpu = "B200"
 
+[cost]                     # what a GPU-hour costs; the nightly's device-time budget
+currency = "USD"
+[cost.gpu-h100]
+gpu_hour = 2.5
+nightly_budget_s = 5400
+
 [verdict]
 margin = 0.02              # this fleet's GPUs are noisier than the default assumes
 
@@ -137,6 +143,12 @@ TABLES: dict[str, Table] = {
     "notifications": Table("[notifications]", ((settings.Notifications, None),)),
     "serving": Table("[serving]", ((settings.ServingSettings, None),)),
     "pr": Table("[pr]", ((settings.PrSettings, None),)),
+    "cost": Table(
+        "[cost]",
+        ((settings.CostSettings, ("currency",)), (settings.PoolCost, None)),
+        "`currency` in `[cost]`; `gpu_hour` and `nightly_budget_s` in a `[cost.NAME]` table per "
+        "pool, NAME a pool under `[pools]` or `local`.",
+    ),
 }
 
 

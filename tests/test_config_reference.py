@@ -33,3 +33,5 @@ def test_the_pages_example_is_a_valid_configuration():
     config = parse(tomllib.loads(example), Path("CONFIG.md"))
     assert config.thresholds.for_kernel("flash_attention_fp8").verdict.margin == 0.05
     assert config.thresholds.for_kernel("flash_attention_fwd").verdict.margin == 0.02
+    assert config.cost.of("gpu-h100").gpu_hour == 2.5
+    assert config.cost.of("gpu-b200").gpu_hour is None

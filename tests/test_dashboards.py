@@ -54,7 +54,14 @@ from kernelwatch.dashboards.triage_board import STATES
 from kernelwatch.flows.detection import detect_and_alert
 from kernelwatch.flows.reporting import report_url
 from kernelwatch.harness.build.sass import TENSOR_CORE_RANK
-from kernelwatch.harness.records import BuildMetrics, CommitInfo, LaunchConfig, Measurement, Method
+from kernelwatch.harness.records import (
+    BuildMetrics,
+    CommitInfo,
+    LaunchConfig,
+    Measurement,
+    Method,
+    StageTime,
+)
 from kernelwatch.report.compare import comparison_from_runs, pr_findings
 from kernelwatch.report.markdown import merge_verdict
 from kernelwatch.serving.formats import Given, read_text
@@ -62,6 +69,7 @@ from kernelwatch.serving.judge import changes, findings
 from kernelwatch.serving.results import JUDGED
 from kernelwatch.store import serving
 from kernelwatch.store.bisect_steps import record_bisection
+from kernelwatch.store.device_time import add_stage
 from kernelwatch.store.findings import (
     NewChangePoint,
     NewRegression,
@@ -410,6 +418,9 @@ def seeded(pg_server):
         pr_head = _pr_check(conn, ingester, B200, PR_HEAD, PR, 5)
         _pr_check(conn, ingester, H200, PR_HEAD, PR, 4)
         serving_regression, serving_throughput = _serving(conn)
+        # Every run's device time, as the flows store it: the cost panels' rows.
+        for (run_id,) in conn.execute("SELECT run_id::text FROM runs").fetchall():
+            add_stage(conn, run_id, StageTime("bench", 600.0, 1))
         quarter_keys = [k for (k,) in conn.execute(
             "SELECT s.key FROM series s JOIN kernels k ON k.id = s.kernel_id "
             "WHERE k.name = 'flash_attention' AND s.device_model = %s ORDER BY 1",

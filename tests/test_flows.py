@@ -251,6 +251,33 @@ def test_every_nightly_stage_stores_its_device_seconds_per_run_and_per_case(nigh
     assert 0 < spent[0] <= probes[0], (spent, probes)
 
 
+def test_a_nightly_past_its_pools_device_budget_says_what_it_left_untimed(
+    demo, store_url, monkeypatch, tmp_path
+):
+    """Issue 49: ``[cost.local] nightly_budget_s`` stops the timing when the pool's budget is
+    spent; the summary says how many cases and which kernels went untimed, and the stored
+    run holds what was timed, its timing's device seconds within the budget and the stop."""
+    made, _, _ = demo
+    kernels = ["rms_norm", "softmax", "silu_and_mul"]
+    config = tmp_path / "budget.toml"
+    budget = "[cost.local]\nnightly_budget_s = 1\n"
+    config.write_text(_config(made.path, made.suite, kernels, tmp_path / "reports", "", budget))
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+    monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
+    summary = nightly(repository="demo", rev=made.nights[0][1])
+    c = summary.commit
+    assert c.status == "ok" and c.cases == 3 and c.measured < 3, c
+    assert c.untimed is not None and c.untimed.startswith(
+        f"the timing stopped at the pool's 1 s budget ([cost] nightly_budget_s): {3 - c.measured} "
+        "of 3 cases untimed"
+    ), c.untimed
+    assert f"  - {c.untimed}" in summary.markdown().splitlines()
+    with psycopg.connect(store_url) as conn:
+        stages = _stages(conn, c.run_id)
+    # Stopped at the budget, and killed within the supervisor's wait for the child.
+    assert stages["bench"][1] == c.measured and 1.0 <= stages["bench"][0] < 10.0, stages
+
+
 def test_a_slowdown_on_the_last_night_is_confirmed_bisected_and_announced_that_night(
     demo, nights, database, webhook
 ):
@@ -439,6 +466,12 @@ def test_pr_check_times_only_the_kernel_a_head_changes_with_a_full_checks_verdic
         assert set(head) == {"check", "ab"} and set(base) == {"check"}, (head, base)
         assert head["ab"][1] == timed and head["check"][1] == base["check"][1] == 3, head
         assert all(0 < seconds <= head[stage][0] for stage, seconds in cases.items()), cases
+    # The comment says what the full check held: both sides' stages, on the unpriced pool.
+    held = sum(seconds for stage in spent[1] for seconds, _ in stage.values())
+    assert (
+        f"Device time: {held:.0f} s on pool local: {held / 3600:.3f} GPU-hours."
+        in Path(full.comment).read_text().splitlines()
+    ), Path(full.comment).read_text()
 
 
 def _on_the_margin(pair):
