@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from kernelwatch.analysis.drift import Drift, explain
 from kernelwatch.analysis.noise import relative_noise
 from kernelwatch.analysis.shift_test import Confirmation, Floors, confirm_shift, cycles
 from kernelwatch.analysis.tail import TailRule, TailShift, tail_magnitude_pct, tail_shift
@@ -53,6 +54,9 @@ class ChangePoint:
     effect: float
     cause: Cause
     provisional: bool = False
+    drift: Drift | None = None
+    """Set when the change is a sustained slope rather than a step (``drift.py``): ``index``
+    is then the first point that moved and ``magnitude_pct`` the whole ramp's change."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,12 @@ class Detection:
     withdrawn: tuple[ChangePoint, ...] = ()
     """Provisional changes an earlier night reported that the newest points contradict
     (the level returned): said once more, so a change never vanishes without a reason."""
+
+    @property
+    def drifts(self) -> tuple[Drift, ...]:
+        """The changes that are sustained slopes, each in place of the scan's steps it
+        explains (``drift.py``)."""
+        return tuple(cp.drift for cp in self.change_points if cp.drift is not None)
 
 
 def detect(
@@ -104,9 +114,10 @@ def detect(
         for k, conf in found.items()
     )
     points = _split_short_regimes(x, points, sigma, floors.magnitude, config)
+    points = explain(x, points, sigma, floors, config)
     withdrawn: tuple[ChangePoint, ...] = ()
     if provisional and config.tail_points:
-        tail = _provisional(x, sorted(cp.index for cp in points), sigma, floors.magnitude, config)
+        tail = _provisional(x, sorted(map(_regime_start, points)), sigma, floors.magnitude, config)
         standing, withdrawn = _still_standing(x, points, tail, sigma, floors.magnitude, config)
         points += standing
     return Detection("ok", int(x.size), float(sigma * 100.0), points, withdrawn)
@@ -196,13 +207,17 @@ def _still_standing(
     for h in range(_tail_rule(min_shift, config).max_points, 0, -1):
         prefix = x[: x.size - h]
         if prefix.size >= 2 * config.min_size:
-            settled = [cp.index for cp in reported if cp.index < prefix.size]
+            settled = [_regime_start(cp) for cp in reported if _regime_start(cp) < prefix.size]
             earlier += _provisional(prefix, settled, sigma, min_shift, config)
 
     def standing(cp: ChangePoint) -> ChangePoint | None:
         # Judged against its own regime: since the last reported change before it.
         start = max(
-            [0, cp.index - config.window, *(r.index for r in reported if r.index < cp.index)]
+            [
+                0,
+                cp.index - config.window,
+                *(_regime_start(r) for r in reported if _regime_start(r) < cp.index),
+            ]
         )
         level = float(np.median(x[start : cp.index]))
         sign = 1.0 if cp.direction == "regression" else -1.0
@@ -236,6 +251,11 @@ def _still_standing(
         still = standing(cp)
         (kept if still is not None else withdrawn).append(still or cp)
     return tuple(kept), tuple(withdrawn)
+
+
+def _regime_start(cp: ChangePoint) -> int:
+    """The first point of the level a change leads to: a step's own index, a drift's end."""
+    return cp.index if cp.drift is None else cp.drift.end
 
 
 def _tail_rule(min_shift: float, config: DetectorConfig) -> TailRule:

@@ -21,6 +21,7 @@ import typer
 from rich.text import Text
 
 from kernelwatch.analysis.changepoints import ChangePoint, Detection, detect
+from kernelwatch.analysis.drift import Drift
 from kernelwatch.analysis.thresholds import DetectorConfig, Thresholds
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import JsonOption
@@ -172,6 +173,15 @@ def _to_json(result: SeriesResult) -> dict[str, Any]:
             out["rev"] = s.rev[cp.index]
         if s.t is not None:
             out["t"] = s.t[cp.index]
+        if cp.drift is not None:
+            d = cp.drift
+            out["drift"] = {
+                "start": d.start,
+                "end": d.end,
+                "slope_pct": round(d.slope_pct, 4),
+                "total_pct": round(d.total_pct, 4),
+                "ongoing": d.ongoing,
+            }
         return out
 
     out: dict[str, Any] = {"id": s.id, "status": found.status, "n": found.n}
@@ -203,7 +213,8 @@ def _print_table(results: list[SeriesResult]) -> None:
                 (cp.direction, "bold red" if cp.direction == "regression" else "green"),
                 f" at {cp.index}"
                 + (f" ({printable(s.rev[cp.index])})" if s.rev is not None else ""),
-                f": {cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})",
+                f": {cp.magnitude_pct:+.2f}% (p={cp.p_value:.1e})"
+                + (_drifting(cp.drift) if cp.drift is not None else ""),
                 (" provisional", "yellow") if cp.provisional else "",
             )
             for cp in found.change_points
@@ -212,3 +223,9 @@ def _print_table(results: list[SeriesResult]) -> None:
             lines.append(f"\n{cp.direction} at {cp.index} withdrawn: {WITHDRAWN_REASON}")
         table.add_row(str(s.id), str(found.n), noise, status, lines or "-")
     out.print(table)
+
+
+def _drifting(drift: Drift) -> str:
+    """A drift's line after its change: its slope, and where it stopped."""
+    until = "and still drifting" if drift.ongoing else f"until {drift.end}"
+    return f", drifting {drift.slope_pct:+.2f}%/point {until}"

@@ -180,7 +180,9 @@ def _found(series: StoredSeries, change: ChangePoint) -> Found:
     runs = series.runs
     after, before = runs[change.index], runs[change.index - 1]
     before_ns = _level(runs[max(0, change.index - 6) : change.index])
-    after_ns = _level(runs[change.index : change.index + 6])
+    # A drift's new level is where its ramp ended, not the points right after it began.
+    settled = change.index if change.drift is None else change.drift.end
+    after_ns = _level(runs[settled : settled + 6])
     # The kernel artifact's identity: if the autotuner picked another config at the change,
     # that flip, not the code, is the first suspect.
     cause = "autotune" if before.config != after.config else change.cause

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from synthetic_series import make_series
+from test_drift import SLOPE, nightly
 
 from kernelwatch.analysis.thresholds import DetectorConfig
 
@@ -53,6 +54,20 @@ def test_a_step_in_the_newest_points_is_reported_provisional_at_once(kernelwatch
     assert change["provisional"] is True
     table = kernelwatch_cli("detect", str(path))
     assert "provisional" in table.stdout
+
+
+def test_a_drift_is_one_change_named_a_drift_with_its_slope_and_end(kernelwatch_cli, tmp_path):
+    path = tmp_path / "drift.jsonl"
+    path.write_text(json.dumps({"id": "leak", "y": nightly(0).tolist()}) + "\n")
+    result = kernelwatch_cli("detect", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    [change] = json.loads(result.stdout)["change_points"]
+    drift = change["drift"]
+    assert change["index"] == drift["start"] + 1 and change["direction"] == "regression"
+    assert abs(drift["slope_pct"] - 100 * SLOPE) <= 0.2 and drift["ongoing"] is False
+    assert change["magnitude_pct"] == pytest.approx(drift["total_pct"], abs=1e-3)
+    table = kernelwatch_cli("detect", str(path))
+    assert f"%/point until {drift['end']}" in table.stdout, table.stdout
 
 
 def test_table_and_fail_on_regression(kernelwatch_cli, series_file):
