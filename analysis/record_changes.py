@@ -41,13 +41,22 @@ def detect_measurements(runs: Sequence[SampledRun], config: DetectorConfig = _DE
     kept: list[ChangePoint] = []
     for cp in found.change_points:
         lo, hi = neighbour_bounds(len(y), cp.index, points, config.window)
-        before = [runs[i] for i in usable[lo : cp.index]]
-        after = [runs[i] for i in usable[cp.index : hi]]
+        # A drift's levels are the ones before its ramp and after it, not either side of
+        # the night it began (the ramp itself is neither).
+        until, since = (cp.index, cp.index) if cp.drift is None else (cp.index, cp.drift.end)
+        hi = max(hi, min(len(y), since + config.min_size))
+        before = [runs[i] for i in usable[lo:until]]
+        after = [runs[i] for i in usable[since:hi]]
         in_time, in_cycles = confirm_on_samples(before, after, floors)
         if not in_time.confirmed:
             continue
         cause = (
             cp.cause if in_cycles is None else ("code" if in_cycles.confirmed else "environment")
         )
-        kept.append(replace(cp, index=usable[cp.index], cause=cause))
+        drift = (
+            None
+            if cp.drift is None
+            else replace(cp.drift, start=usable[cp.drift.start], end=usable[cp.drift.end])
+        )
+        kept.append(replace(cp, index=usable[cp.index], cause=cause, drift=drift))
     return replace(found, n=len(runs), change_points=tuple(kept))

@@ -139,8 +139,9 @@ ORDER BY 1
             common.table_panel(
                 "Change points of this series",
                 f"""
-SELECT cp.at, cp.commit_sha, cp.direction, cp.rel_change, cp.before_ns, cp.after_ns,
-  cp.regression_id, cp.regression_state, g.culprit_sha, g.good_sha, g.bad_sha, cp.detector
+SELECT cp.at, cp.commit_sha, cp.kind, cp.direction, cp.rel_change, cp.drift_slope,
+  cp.drift_end_sha, cp.before_ns, cp.after_ns, cp.regression_id, cp.regression_state,
+  g.culprit_sha, g.good_sha, g.bad_sha, cp.detector
 FROM report_change_points cp
   LEFT JOIN report_regressions g ON g.regression_id = cp.regression_id
 WHERE cp.{_SERIES}
@@ -150,11 +151,14 @@ ORDER BY cp.at DESC
                 h=8,
             )
             .description(
-                "Every change point detected on this series, newest first: relative change "
-                "(percent), level before and after (ns), the regression it belongs to with its "
-                "state, culprit and good..bad range."
+                "Every change point detected on this series, newest first: a step or a drift "
+                "(a sustained slope: its change per night, and the commit it stopped at, empty "
+                "while it goes on), relative change (percent; a drift's over its whole ramp), "
+                "level before and after (ns), the regression it belongs to with its state, "
+                "culprit and good..bad range."
             )
             .override_by_name("rel_change", [common.unit("percentunit")])
+            .override_by_name("drift_slope", [common.unit("percentunit")])
         )
         .with_panel(
             common.table_panel(

@@ -10,11 +10,12 @@ from kernelwatch.dashboards import common
 
 
 def change_points(series: str) -> sdk.AnnotationQuery:
-    """Change points of the series ``series`` (an SQL condition on ``series_key``) picks."""
+    """Change points of the series ``series`` (an SQL condition on ``series_key``) picks; a
+    drift's text gives its slope and where it stopped, and its tags say ``drift``."""
     return common.sql_annotation(
         "Change points",
         f"""
-SELECT at AS "time", summary AS text, 'change point,' || direction AS tags
+SELECT at AS "time", summary AS text, 'change point,' || direction || ',' || kind AS tags
 FROM report_change_points
 WHERE {series} AND $__timeFilter(at)
 """,

@@ -26,10 +26,12 @@ from kernelwatch.store.findings import (
     NewChangePoint,
     NewRegression,
     OpenMember,
+    StoredDrift,
     insert_change_points,
     open_members,
     open_regression,
     stored_change_points,
+    update_drifts,
 )
 from kernelwatch.store.series_history import StoredRun, StoredSeries, load_histories, repository_id
 from kernelwatch.store.triage_state import write_move
@@ -71,6 +73,9 @@ class Plan:
     alerts: tuple[Draft, ...]
     closes: tuple[tuple[int, Triage], ...]
     too_short: int
+    #: Stored drifts as judged again now (stored measurement id, the change): one that was
+    #: open is closed at the night it stopped.
+    drifts: tuple[tuple[int, NewChangePoint], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ def plan(
     change points), and the open regressions whose every series recovered."""
     order = _commit_order(histories)
     found: list[Found] = []
+    drifts: list[tuple[int, NewChangePoint]] = []
     detections: dict[int, tuple[StoredSeries, tuple[ChangePoint, ...]]] = {}
     too_short = 0
     for series in histories:
@@ -109,11 +115,15 @@ def plan(
         seen = stored.get(series.series_id, set())
         known = [i for i, run in enumerate(series.runs) if run.measurement_id in seen]
         for change in detection.change_points:
-            if any(abs(change.index - k) <= SAME_CHANGE_POINTS for k in known):
-                continue
-            found.append(_found(series, change))
+            near = [k for k in known if abs(change.index - k) <= SAME_CHANGE_POINTS]
+            if not near:
+                found.append(_found(series, change))
+            elif change.drift is not None:
+                nearest = min(near, key=lambda k: abs(change.index - k))
+                stored_at = series.runs[nearest].measurement_id
+                drifts.append((stored_at, _found(series, change).point))
     alerts = _alerts(found, order)
-    return Plan(tuple(found), alerts, _recovered(members, detections), too_short)
+    return Plan(tuple(found), alerts, _recovered(members, detections), too_short, tuple(drifts))
 
 
 def detect_and_alert(
@@ -129,6 +139,7 @@ def detect_and_alert(
         stored = stored_change_points(cur, repo_id)
         decided = plan(histories, stored, open_members(cur, repo_id), thresholds)
         ids = insert_change_points(cur, DETECTOR, [f.point for f in decided.found])
+        update_drifts(cur, decided.drifts)
         opened = [
             open_regression(cur, repo_id, _regression(draft, ids), ACTOR)
             for draft in decided.alerts
@@ -196,6 +207,13 @@ def _found(series: StoredSeries, change: ChangePoint) -> Found:
         rel_change=change.magnitude_pct / 100.0,
         p_value=change.p_value,
         direction=change.direction,
+        drift=None
+        if change.drift is None
+        else StoredDrift(
+            change.drift.slope_pct / 100.0,
+            runs[change.drift.end].measurement_id,
+            change.drift.ongoing,
+        ),
     )
     return Found(series, point, change, cause)
 
@@ -233,10 +251,14 @@ def _draft(alert: Alert, found: Sequence[Found], commit_at: dict[int, int | None
     chosen = [found[i] for i in members]
     worst = max(chosen, key=lambda f: abs(f.change.magnitude_pct))
     kernels = sorted({f.series.kernel for f in chosen})
-    title = (
-        f"{', '.join(kernels)}: {worst.change.magnitude_pct:+.1f}% "
-        f"({len(chosen)} series; worst {worst.series.label()})"
+    drift = worst.change.drift
+    moved = (
+        f"{worst.change.magnitude_pct:+.1f}%"
+        if drift is None
+        else f"drifting {drift.slope_pct:+.2f}%/night, {drift.total_pct:+.1f}% in all"
+        + (" and still drifting" if drift.ongoing else "")
     )
+    title = f"{', '.join(kernels)}: {moved} ({len(chosen)} series; worst {worst.series.label()})"
     return Draft(
         title=title,
         cause=Counter(f.cause for f in chosen).most_common(1)[0][0],

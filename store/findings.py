@@ -27,6 +27,17 @@ class NewChangePoint:
     rel_change: float
     p_value: float
     direction: str
+    drift: StoredDrift | None = None
+
+
+@dataclass(frozen=True)
+class StoredDrift:
+    """What makes a change point a drift: its relative change per night, the first
+    measurement at the level it reached, and whether it was still drifting."""
+
+    slope: float
+    end_measurement_id: int
+    open: bool
 
 
 @dataclass(frozen=True)
@@ -83,8 +94,9 @@ def insert_change_points(
         row = cur.execute(
             """
             INSERT INTO change_points (series_id, measurement_id, commit_id, at, detector,
-                before_ns, after_ns, rel_change, score, direction)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                before_ns, after_ns, rel_change, score, direction, drift_slope,
+                drift_end_measurement_id, drift_open)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (series_id, measurement_id, detector)
                 DO UPDATE SET detected_at = change_points.detected_at
             RETURNING id""",
@@ -99,10 +111,31 @@ def insert_change_points(
                 p.rel_change,
                 p.p_value,
                 p.direction,
+                *_drift_values(p.drift),
             ),
         ).fetchone()
         ids.append(row[0])
     return ids
+
+
+def update_drifts(cur: psycopg.Cursor, points: Sequence[tuple[int, NewChangePoint]]) -> None:
+    """Bring stored drifts up to date, each ``(stored measurement id, as judged now)``: a
+    drift that was open when stored ends at the night it stopped, with its level and slope
+    as the longer history gives them."""
+    for measurement_id, p in points:
+        cur.execute(
+            """
+            UPDATE change_points SET drift_slope = %s, drift_end_measurement_id = %s,
+                drift_open = %s, after_ns = %s, rel_change = %s
+            WHERE series_id = %s AND measurement_id = %s AND drift_slope IS NOT NULL""",
+            (*_drift_values(p.drift), p.after_ns, p.rel_change, p.series_id, measurement_id),
+        )
+
+
+def _drift_values(drift: StoredDrift | None) -> tuple[float | None, int | None, bool | None]:
+    if drift is None:
+        return None, None, None
+    return drift.slope, drift.end_measurement_id, drift.open
 
 
 def open_regression(

@@ -166,3 +166,28 @@ def test_bad_triage_input_exits_2_with_one_line(regressions_cli, args, message):
     result = regressions_cli(*args)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_drift_is_one_regression_named_a_drift_and_closed_the_night_it_stops(store_url):
+    """Issue 47: three series drift +0.5 % a night from night 20. The pass while they still
+    drift opens one regression named a drift (not a staircase of steps) and stores each
+    series' drift open; the pass after it stopped closes each at the night it stopped."""
+    drifting = [1.0] * 20 + [1.005**k for k in range(1, 21)]
+    _ingest(store_url, _history(drifting, series=3))
+    first = _detect(store_url)
+    assert len(first.opened) == 1 and first.change_points == 3, first
+    _ingest(store_url, _history([1.005**20] * 15, series=3, offset=len(drifting)))
+    second = _detect(store_url)
+    assert second.opened == () and second.change_points == 0, second
+    with psycopg.connect(store_url) as conn:
+        (title,) = conn.execute("SELECT title FROM regressions").fetchone()
+        rows = conn.execute(
+            "SELECT kind, drift_slope, drift_open, commit_sha, drift_end_sha, summary "
+            "FROM report_change_points ORDER BY series_key"
+        ).fetchall()
+    assert "drifting +0.5" in title and "%/night" in title and "in all" in title, title
+    assert len(rows) == 3
+    for kind, slope, still, began, ended, summary in rows:
+        assert kind == "drift" and abs(slope - 0.005) <= 0.002 and still is False, rows
+        assert abs(int(began, 16) - 20) <= 3 and abs(int(ended, 16) - 40) <= 3, rows
+        assert summary.startswith("drifting +0.5") and f"until {ended[:12]}" in summary
