@@ -110,7 +110,12 @@ def recovery_index(
         if abs(float(np.nanmedian(x[start:end])) - baseline) <= tolerance:
             return start
     tail = x.size - recent
-    if tail > change.index and abs(float(np.nanmedian(x[tail:])) - baseline) <= tolerance:
+    # recent = 0 asks for no recent-level check (a median of no points would be NaN).
+    if (
+        recent > 0
+        and tail > change.index
+        and abs(float(np.nanmedian(x[tail:])) - baseline) <= tolerance
+    ):
         return tail
     return None
 
