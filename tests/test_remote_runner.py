@@ -58,7 +58,9 @@ def runner(tmp_path_factory):
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while "serving" not in log.read_text():
+        # Its last line before it serves tells the operator what caps a job's disk: here
+        # nothing (no scratch filesystems named).
+        while "one can fill another's disk" not in log.read_text():
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the runner did not start"
             time.sleep(0.1)
@@ -216,6 +218,11 @@ def test_kernelwatch_runner_serve_says_what_it_found_in_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "PGPASSWORD_FILE" in proc.stderr
+    # Scratch "filesystems" that are plain directories would cap nothing.
+    (tmp_path / "scratch" / "0").mkdir(parents=True)
+    env = {**_clean_env(tmp_path), "KERNELWATCH_SCRATCH": str(tmp_path / "scratch")}
+    proc = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not one of its own" in proc.stderr.splitlines()[-1]
     (tmp_path / "kernelwatch.toml").write_text('[database]\nurl = "postgresql://u@db/kw"\n')
     proc = subprocess.run(
         args, env=_clean_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60

@@ -24,6 +24,9 @@ import yaml
 from k8s_manifests import K8S, KUBERNETES, documents, job_templates, kustomizations
 from pg_roles import set_passwords
 
+from kernelwatch.harness.build.stage import MAX_WORKERS
+from kernelwatch.harness.isolation.sandbox import SCRATCH_ENV
+
 ROOT = Path(__file__).parent.parent
 INFRA = ROOT / "infra"
 COMPOSE = INFRA / "compose.yaml"
@@ -431,6 +434,47 @@ def test_every_place_kernel_code_runs_has_an_init_and_room_beyond_one_jobs_proce
     for name, pod in kernel_pods.items():
         # The pod's pause container is PID 1 for all its containers, and reaps.
         assert pod["spec"].get("shareProcessNamespace") is True, name
+
+
+#: The jobs a runner runs at once, each a sandbox of its own: a build stage's children beside
+#: both sides of an A/B pair (two flow runs of the pool).
+CONCURRENT_JOBS = MAX_WORKERS + 2
+#: The sizes a scratch filesystem may have: room for a job's Triton cache and temporary
+#: files, and a cap.
+SCRATCH_SIZES = {"4g", "4Gi", "8Gi"}
+
+
+def test_every_runner_gives_each_job_a_capped_scratch_filesystem_and_keeps_tmp_its_own():
+    """Issue 46: the runner's ``/tmp`` was one tmpfs (compose: 16 GiB, mode 1777; Kubernetes:
+    a 16 GiB emptyDir, whose overflow evicts the runner) for every job, so one job could give
+    the other side of an A/B pair ENOSPC. Each runner now names its scratch filesystems
+    (``KERNELWATCH_SCRATCH``), one capped memory tmpfs a concurrent job, and keeps ``/tmp``
+    to itself (not world-writable), so no job writes anywhere shared but ``/dev/shm``."""
+    runner = _compose()["services"]["runner-h100"]
+    scratch = runner["environment"][SCRATCH_ENV]
+    entries = dict(entry.split(":", 1) for entry in runner["tmpfs"])
+    options = {path: dict(o.split("=") for o in opts.split(",")) for path, opts in entries.items()}
+    assert int(options["/tmp"]["mode"], 8) & 0o002 == 0, options["/tmp"]
+    spaces = {p: o for p, o in options.items() if os.path.dirname(p) == scratch}
+    assert len(spaces) >= CONCURRENT_JOBS, sorted(spaces)
+    for path, option in spaces.items():
+        assert option["size"] in SCRATCH_SIZES and option["mode"] == "0711", path
+    for name, pod in _runner_pods().items():
+        (container,) = pod["spec"]["containers"]
+        scratch = _env(container)[SCRATCH_ENV]
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+        spaces = {p: v for p, v in mounts.items() if os.path.dirname(p) == scratch}
+        assert len(spaces) >= CONCURRENT_JOBS, (name, sorted(spaces))
+        for path, volume in spaces.items():
+            empty = volume["emptyDir"]
+            assert empty["medium"] == "Memory" and empty["sizeLimit"] in SCRATCH_SIZES, path
+        # kubelet makes an emptyDir world-writable: an init container makes /tmp root's.
+        tmp = mounts["/tmp"]["name"]
+        (init,) = pod["spec"]["initContainers"]
+        assert init["command"] == ["chmod", "0755", "/tmp"], name
+        assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]} == {tmp: "/tmp"}
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}, name
 
 
 def test_the_compose_worker_reports_and_runs_no_kernel_code():

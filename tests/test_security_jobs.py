@@ -227,3 +227,91 @@ def test_a_job_cannot_read_another_jobs_plan_key_or_results():
                 assert not read.stdout, path
     finally:
         shutil.rmtree(exchange, ignore_errors=True)
+
+
+#: A job that writes into its ``TMPDIR`` until its disk refuses: exit 3 when refused for want
+#: of space, 4 when it wrote 64 MiB unrefused.
+FILL = """
+import errno, os, sys
+written = 0
+try:
+    with open(os.path.join(os.environ["TMPDIR"], "fill"), "wb") as out:
+        while written < 64 << 20:
+            out.write(b"x" * (1 << 16))
+            out.flush()
+            written += 1 << 16
+except OSError as exc:
+    sys.exit(3 if exc.errno == errno.ENOSPC else 5)
+sys.exit(4)
+"""
+#: A job that writes 2 MiB into its ``TMPDIR``, its home and Triton's cache: exit 3 when all
+#: were written.
+WRITE = """
+import os, sys
+for name in ("TMPDIR", "HOME", "TRITON_CACHE_DIR"):
+    with open(os.path.join(os.environ[name], "out"), "wb") as out:
+        out.write(b"y" * (2 << 20))
+sys.exit(3)
+"""
+#: The size of each scratch filesystem the test mounts.
+SCRATCH_MIB = 8
+
+
+@pytest.fixture
+def scratch(monkeypatch) -> Iterator[Path]:
+    """``KERNELWATCH_SCRATCH`` with two size-capped tmpfs, mounted as the runner's
+    orchestrator mounts them (compose ``tmpfs``, Kubernetes memory ``emptyDir``): the test
+    stands in for it with ``mount``, which the runner itself never needs."""
+    parent = Path(tempfile.mkdtemp(prefix="kw-scratch-"))
+    os.chmod(parent, 0o755)
+    mounted = []
+    try:
+        for name in ("0", "1"):
+            (parent / name).mkdir()
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={SCRATCH_MIB}m,mode=0711", "tmpfs",
+                 str(parent / name)],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if done.returncode != 0:
+                pytest.skip(f"cannot mount the test's scratch tmpfs: {done.stderr.strip()}")
+            mounted.append(parent / name)
+        monkeypatch.setenv(sandbox_module.SCRATCH_ENV, str(parent))
+        yield parent
+    finally:
+        for path in mounted:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_job_that_fills_its_disk_leaves_the_concurrent_job_room(scratch, monkeypatch):
+    """Issue 46: the runner's ``/tmp`` was one tmpfs for all its jobs, so the pull request's
+    side could give the other side ENOSPC. Now each sandbox (home, ``TMPDIR``, Triton's cache)
+    is on a scratch filesystem of its own: a contained job (a leased uid, no namespaces, the
+    runner's permission) that writes until its disk is full is refused at its own cap, and
+    a job whose sandbox is leased beside it, while the full one is still held, writes its
+    files; both filesystems are empty once their sandboxes end."""
+    if not Path(SYSTEM_PYTHON).exists():
+        pytest.skip(f"no {SYSTEM_PYTHON} for the sandbox user to run")
+    monkeypatch.setattr(sandbox_module, "namespaces_available", lambda: False)
+    # The jobs run the system Python (run_job's wrapper), not this test's, which may live
+    # under root's private home: the check that the sandbox user can read this one is moot.
+    monkeypatch.setattr(sandbox_module, "_check_environment_readable", lambda *_: None)
+    with sandbox_module.contained("the test's runner"), sandbox_module.sandbox() as filler:
+        assert filler.root.is_relative_to(scratch) and filler.identity is not None
+        run_job(filler, FILL)  # refused: ENOSPC
+        assert (filler.root / "tmp" / "fill").stat().st_size <= SCRATCH_MIB << 20
+        with sandbox_module.sandbox() as writer:
+            assert writer.root.is_relative_to(scratch)
+            assert writer.root.parent != filler.root.parent
+            run_job(writer, WRITE)
+    for space in (scratch / "0", scratch / "1"):
+        assert [p.name for p in space.iterdir()] == [sandbox_module.SCRATCH_LOCK]
+
+
+def test_a_scratch_directory_that_is_not_a_filesystem_of_its_own_is_refused(tmp_path):
+    (tmp_path / "0").mkdir()
+    with pytest.raises(sandbox_module.SandboxError, match="not one of its own"):
+        sandbox_module.scratch_spaces(tmp_path)
+    with pytest.raises(sandbox_module.SandboxError, match="no scratch filesystems"):
+        sandbox_module.scratch_spaces(tmp_path / "0")

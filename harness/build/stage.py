@@ -49,14 +49,16 @@ class BuildFailed(RuntimeError):
 #: stages or other jobs at once (a CI runner beside its test workers, a shared Prefect
 #: worker) sets fewer, since each child costs a torch import (3 s of CPU) before it compiles.
 WORKERS_ENV = "KERNELWATCH_BUILD_WORKERS"
+#: The most build children a stage starts by default (each holds torch and Triton in memory).
+MAX_WORKERS = 8
 
 
 def default_workers() -> int:
-    """``$KERNELWATCH_BUILD_WORKERS``, else one build child per core, up to 8 (each holds torch
-    and Triton in memory). ValueError (one line) when the variable is not a count."""
+    """``$KERNELWATCH_BUILD_WORKERS``, else one build child per core, up to :data:`MAX_WORKERS`.
+    ValueError (one line) when the variable is not a count."""
     value = os.environ.get(WORKERS_ENV, "").strip()
     if not value:
-        return max(1, min(8, os.cpu_count() or 1))
+        return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
     if not value.isdigit() or int(value) < 1:
         raise ValueError(
             f"{WORKERS_ENV} must be a whole number of build children (at least 1), not {value!r}"

@@ -39,6 +39,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -491,6 +492,7 @@ def serve(
         raise RunnerRefused(f"the runner's environment sets {RUNNER_ENV}: it would hand its "
                             "jobs on instead of sandboxing them here")  # fmt: skip
     check_holds_nothing(environ, secret_paths, config_files)
+    _log(_scratch_line(environ))
     why = ("the runner was checked to hold no secret at start (harness/isolation/remote.py); its "
            "network is cut by the deployment (network_mode none, the kernelwatch-runner "
            "NetworkPolicy)")  # fmt: skip
@@ -498,6 +500,24 @@ def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: runner.stopping.set())
     runner.serve()
+
+
+def _scratch_line(environ: Mapping[str, str]) -> str:
+    """What caps a job's disk here, for the operator; raises :class:`RunnerRefused` when the
+    scratch filesystems named are not filesystems of their own."""
+    from kernelwatch.harness.isolation.sandbox import SCRATCH_ENV, SandboxError, scratch_spaces
+
+    value = environ.get(SCRATCH_ENV)
+    if not value:
+        return (f"no scratch filesystems ({SCRATCH_ENV} unset): jobs share "
+                f"{tempfile.gettempdir()}, and one can fill another's disk")  # fmt: skip
+    try:
+        spaces = scratch_spaces(Path(value))
+    except SandboxError as exc:
+        raise RunnerRefused(str(exc)) from exc
+    sizes = sorted({shutil.disk_usage(space).total / 2**30 for space in spaces})
+    size = f"{sizes[0]:.1f}" if len(sizes) == 1 else f"{sizes[0]:.1f} to {sizes[-1]:.1f}"
+    return f"each job's scratch is one of {len(spaces)} filesystems of {value}, {size} GiB each"
 
 
 def main(argv: Sequence[str]) -> int:

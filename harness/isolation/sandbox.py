@@ -46,6 +46,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -69,6 +70,17 @@ UID_POOL = range(62000, 63000)
 #: Where a GPU host without nvcc finds prebuilt cubins (harness/cuda_kernel.py reads it).
 #: Declared here, not there, so that the parents that start children never import torch.
 CUBIN_DIR_ENV = "KERNELWATCH_CUBIN_DIR"
+#: A directory of scratch filesystems, one a concurrent sandbox: each subdirectory a
+#: filesystem of its own with a size cap (a tmpfs the runner's orchestrator mounts: compose
+#: ``tmpfs`` entries, Kubernetes ``emptyDir`` volumes of ``medium: Memory`` with a
+#: ``sizeLimit``, which need no capability in the container). Each sandbox leases one for its
+#: root (home, ``TMPDIR``, Triton's cache), so a job that fills its disk fills its own only.
+#: Unset, sandboxes share the temporary directory and one can fill another's.
+SCRATCH_ENV = "KERNELWATCH_SCRATCH"
+#: How long a sandbox waits for a scratch filesystem to be free before it gives up.
+SCRATCH_WAIT_S = 600.0
+#: The lock file of a scratch filesystem's lease (held with ``flock``), in it.
+SCRATCH_LOCK = ".kernelwatch-lease"
 #: Variables a child inherits by name, and by prefix. Anything else is dropped. The prebuilt
 #: cubins' folder is how a GPU host without nvcc runs the CUDA C++ kernels.
 ALLOWED = frozenset(
@@ -233,10 +245,10 @@ class Sandbox:
             "mounts": self.namespaces,
             "pids": self.namespaces and own_pids,
             "network": isolated,
-            # The temporary directory holds other runs' sandboxes (their Triton caches) and
-            # checkouts, all the sandbox user's or readable by it: covered, and what this
-            # child needs bound back.
-            "hide": [*self.hidden, tempfile.gettempdir()],
+            # The temporary directory and the scratch filesystems hold other runs' sandboxes
+            # (their Triton caches) and checkouts, all the sandbox user's or readable by it:
+            # covered, and what this child needs bound back.
+            "hide": [*self.hidden, tempfile.gettempdir(), *_scratch_parent()],
             "expose": sorted({*_python_dirs(), str(self.root), *self.exposed}),
         }
         return Launch(unshare, spec, tuple(argv))
@@ -382,6 +394,20 @@ def _new_sandbox(trusted: bool) -> Iterator[Sandbox]:
     refused = refusal()
     if refused is not None and not trusted:
         raise SandboxError(refused)
+    # The scratch space is leased first and released last: after the uid's processes ended,
+    # when nothing of the job can hold a deleted file open in it.
+    space = scratch_space() if exchange is None else contextlib.nullcontext()
+    with space as scratch:
+        yield from _leased(trusted, exchange, namespaces, notes, scratch)
+
+
+def _leased(
+    trusted: bool,
+    exchange: Path | None,
+    namespaces: bool,
+    notes: list[str],
+    scratch: Path | None,
+) -> Iterator[Sandbox]:
     leases = contextlib.ExitStack()
     try:
         identity = leases.enter_context(leased_identity()) if exchange is None else None
@@ -403,7 +429,7 @@ def _new_sandbox(trusted: bool) -> Iterator[Sandbox]:
     base = trees_dir(exchange) if exchange is not None else None
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="kernelwatch-sandbox-", dir=base))
+    root = Path(tempfile.mkdtemp(prefix="kernelwatch-sandbox-", dir=base or scratch))
     with leases:
         yield from _filled(root, identity, namespaces, notes, exchange)
 
@@ -479,6 +505,79 @@ def leased_identity() -> Iterator[Identity | None]:
         f"all {len(UID_POOL)} sandbox uids ({UID_POOL.start}-{UID_POOL.stop - 1}) are held by "
         f"other sandboxes on this host: wait for runs to end, or name one account in {USER_ENV}"
     )
+
+
+@contextmanager
+def scratch_space() -> Iterator[Path | None]:
+    """The scratch filesystem a sandbox's root goes in, for as long as the block lasts: one of
+    ``$KERNELWATCH_SCRATCH``'s, which no other sandbox holds meanwhile, emptied of what an
+    earlier holder left on the way in and out; None where that variable is unset (the
+    temporary directory, shared). Waits up to :data:`SCRATCH_WAIT_S` for one to be free."""
+    value = os.environ.get(SCRATCH_ENV)
+    if not value:
+        yield None
+        return
+    spaces = scratch_spaces(Path(value))
+    deadline = time.monotonic() + SCRATCH_WAIT_S
+    while True:
+        for space in spaces:
+            fd = os.open(space / SCRATCH_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                _empty(space)  # a holder killed outright never reached its ``finally``
+                os.chmod(space, 0o711)  # the sandbox user reaches its root, lists nothing
+                yield space
+            finally:
+                _empty(space)
+                os.close(fd)
+            return
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"all {len(spaces)} scratch filesystems of {SCRATCH_ENV}={value} are held by "
+                f"other sandboxes after {SCRATCH_WAIT_S:.0f} s: mount more, one per job the "
+                "runner runs at once"
+            )
+        time.sleep(0.2)
+
+
+def scratch_spaces(parent: Path) -> list[Path]:
+    """The scratch filesystems under ``parent`` (:data:`SCRATCH_ENV`), each checked to be a
+    filesystem of its own: a plain directory would cap nothing. Raises
+    :class:`SandboxError` saying what to mount otherwise."""
+    try:
+        spaces = sorted(p for p in parent.iterdir() if p.is_dir() and not p.is_symlink())
+        device = parent.stat().st_dev
+    except OSError as exc:
+        raise SandboxError(f"{SCRATCH_ENV}={parent} cannot be read: {exc}") from exc
+    if not spaces:
+        raise SandboxError(
+            f"{SCRATCH_ENV}={parent} has no scratch filesystems: mount one size-capped tmpfs "
+            "per job the runner runs at once in a directory of its own there"
+        )
+    for space in spaces:
+        if space.stat().st_dev == device:
+            raise SandboxError(
+                f"{space} is a directory of {parent}'s filesystem, not one of its own, so it "
+                "caps nothing: mount a size-capped tmpfs there (compose `tmpfs`, a Kubernetes "
+                "emptyDir of medium Memory with a sizeLimit)"
+            )
+    return spaces
+
+
+def _empty(space: Path) -> None:
+    """Remove everything in a scratch filesystem but its lease's lock file."""
+    for entry in os.scandir(space):
+        if entry.name == SCRATCH_LOCK:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
 #: The file in the lease directory naming the uid the next lease tries first.
@@ -617,6 +716,12 @@ def _needed_dirs() -> tuple[str, ...]:
     other entries of ``sys.path`` a child may not read, which Python skips."""
     kernelwatch = str(Path(__file__).resolve().parents[2])  # this file is harness/isolation/
     return (sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent), kernelwatch)
+
+
+def _scratch_parent() -> list[str]:
+    """The directory of scratch filesystems, where set: other sandboxes' roots are there."""
+    value = os.environ.get(SCRATCH_ENV)
+    return [str(Path(value).resolve())] if value else []
 
 
 def _hidden() -> tuple[str, ...]:
