@@ -70,6 +70,13 @@ def suspect_timing(
     return tail_shift(x, rule, relative_noise(x[reference]), regime_start, set(checked))
 
 
+def too_wide(rel_ci_halfwidth: float | None, margin: float) -> bool:
+    """Whether a night's point cannot be judged: its relative 95% CI half-width is wider than
+    ``margin``, the smallest change of the level the suspicion acts on (``min_change``), so a
+    change that size could hide inside it. A point with no CI (not timed) is not one."""
+    return rel_ci_halfwidth is not None and not rel_ci_halfwidth <= margin
+
+
 def newly_failing(last_night: Mapping[K, str], tonight: Mapping[K, str]) -> list[K]:
     """The cases (any key) that passed last night and fail or error tonight, in tonight's
     order. A case new tonight, or one that already failed, is not new breakage."""

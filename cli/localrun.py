@@ -108,7 +108,7 @@ def print_nightly(summary: NightlySummary) -> None:
         stderr.print(f"  {kernel} failed: {reason}", markup=False)
     if c.untimed:
         stderr.print(f"  {c.untimed}", markup=False)
-    for line in summary.night_lines():
+    for line in [*summary.unjudged_lines(), *summary.night_lines()]:
         stderr.print(f"  {line.removeprefix('- ')}", markup=False, highlight=False)
     stderr.print(
         f"  detection: {summary.change_points} new change points, "

@@ -131,6 +131,30 @@ ORDER BY flagged DESC, rate DESC
             .override_by_name("stated", [common.unit("percentunit")])
             .override_by_name("p_value", [common.unit("sci")])
         )
+        .with_panel(
+            common.table_panel(
+                "Unjudged nightly points per pool",
+                """
+SELECT pool, count(*) AS points, count(DISTINCT series_key) AS series,
+  count(DISTINCT repository || '/' || kernel) AS kernels, max(rel_ci_halfwidth) AS widest_ci,
+  max(measured_at) AS last_at
+FROM report_unjudged_points
+WHERE device_model = ANY(ARRAY[$gpu]::text[]) AND $__timeFilter(measured_at)
+GROUP BY pool
+ORDER BY points DESC
+""",
+                w=24,
+                h=6,
+            )
+            .description(
+                "Per pool over the time range, the nightly points that could not be judged: "
+                "their 95% CI stayed wider than the margin they would be judged by (the "
+                "suspicion's min_change) after a second measurement, so a change that size "
+                "could not have shown. Kept out of the level later nights are compared with; "
+                "a pool with many is too noisy to watch (widest_ci: percent)."
+            )
+            .override_by_name("widest_ci", [common.unit("percentunit")])
+        )
     )
     for panel in cost.panels(prices):
         board = board.with_panel(panel)

@@ -31,12 +31,21 @@ def _band(lower: str, upper: str) -> list[tuple[str, list[DynamicConfigValue]]]:
     ]
 
 
+#: An unjudged night drawn as a grey point off the median's line.
+_UNJUDGED = [
+    DynamicConfigValue(id_val="custom.drawStyle", value="points"),
+    DynamicConfigValue(id_val="custom.pointSize", value=7),
+    DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "#8e8e8e"}),
+]
+
+
 def dashboard() -> sdk.Dashboard:
     """The kernel history dashboard."""
     median = common.timeseries_panel(
         "Median with 95% CI: $kernel $dtype on $gpu",
         f"""
-SELECT measured_at AS "time", median_ns AS median, ci_low_ns AS ci_low, ci_high_ns AS ci_high
+SELECT measured_at AS "time", CASE WHEN NOT unjudged THEN median_ns END AS median,
+  CASE WHEN unjudged THEN median_ns END AS unjudged, ci_low_ns AS ci_low, ci_high_ns AS ci_high
 FROM report_series_history
 WHERE {_SERIES} AND $__timeFilter(measured_at)
 ORDER BY 1
@@ -48,9 +57,11 @@ ORDER BY 1
         "The chosen series' median per nightly with its 95% CI band (from the stored samples), in "
         "ns. Red marks: change points; purple: bisection verdicts at the nightly point of the "
         "probed commit; orange: what the nightly suspected and its same-night A/B; blue: method "
-        "changes."
+        "changes. Grey points: unjudged nights, whose CI stayed wider than the margin they "
+        "would be judged by after a second measurement (the band shows how wide); they are "
+        "kept out of the level later nights are compared with."
     )
-    for name, properties in _band("ci_low", "ci_high"):
+    for name, properties in [*_band("ci_low", "ci_high"), ("unjudged", _UNJUDGED)]:
         median = median.override_by_name(name, properties)
     return (
         common.new_dashboard(
@@ -164,8 +175,8 @@ ORDER BY cp.at DESC
             common.table_panel(
                 "Points, with the command that measures each commit again",
                 f"""
-SELECT measured_at, commit_sha, median_ns, ci_low_ns, ci_high_ns, rel_ci_halfwidth, n,
-  throttled_count, config, host, device_uuid, run_id, repro
+SELECT measured_at, commit_sha, median_ns, ci_low_ns, ci_high_ns, rel_ci_halfwidth, unjudged,
+  n, throttled_count, config, host, device_uuid, run_id, repro
 FROM report_history_points
 WHERE {_SERIES} AND $__timeFilter(measured_at)
 ORDER BY measured_at DESC
@@ -174,7 +185,8 @@ ORDER BY measured_at DESC
                 h=10,
             )
             .description(
-                "Every nightly point in the time range with its CI, sample count, throttled "
+                "Every nightly point in the time range with its CI (unjudged: wider than its "
+                "margin after a second measurement), sample count, throttled "
                 "samples, launch config, host and device; repro is the command that measures that "
                 "commit again the same way (run it in a clone of the kernel repository)."
             )

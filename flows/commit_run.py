@@ -12,6 +12,7 @@ from kernelwatch.flows.repos import commit_info
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.isolation.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.isolation.worktree import checkout
+from kernelwatch.harness.records import Measurement
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class CommitOutcome:
     spooled: str | None = None
     error: str | None = None
     untimed: str | None = None
+    #: Each point stored unjudged tonight: its kernel and relative CI half-width.
+    unjudged: tuple[tuple[str, float], ...] = ()
 
 
 def run_commit(
@@ -39,7 +42,8 @@ def run_commit(
     context: pipeline.RunContext,
 ) -> CommitOutcome:
     """Check, build and time ``sha`` of ``repo`` (checked out from ``path``) and store the
-    run. Kernels are timed only after passing correctness."""
+    run. Kernels are timed only after passing correctness; a point too wide to judge is
+    timed again (``pipeline.judged``)."""
     commit = commit_info(path, sha, repo.branch)
     started = pipeline.now()
     timeout = config.run.case_timeout_s
@@ -55,9 +59,20 @@ def run_commit(
         gpus = config.pool(context.pool).gpus_per_node
         budget = config.cost.of(context.pool).nightly_budget_s
         timed = tasks.bench(repo, tree.path, kernels, options, timeout, gpus, budget)
-    measurements = pipeline.identified(timed.records, pipeline.case_identities(repo, built))
+        points, bench_time = timed.records, timed.time
+        # A point whose CI is wider than the margin it would be judged by is measured again
+        # within what is left of the budget; still too wide, it is stored unjudged.
+        wide = pipeline.wide_kernels(points, config.thresholds)
+        left = None if budget is None else budget - timed.time.device_s
+        again: list[Measurement] = []
+        if wide and (left is None or left > 0):
+            remeasured = tasks.bench(repo, tree.path, wide, options, timeout, gpus, left)
+            again = remeasured.records
+            bench_time = pipeline.total("bench", (timed.time, remeasured.time)) or bench_time
+        points = pipeline.judged(points, again, config.thresholds)
+    measurements = pipeline.identified(points, pipeline.case_identities(repo, built))
     records = [*built.records, *checks, *measurements]
-    run = pipeline.assemble(context, commit, records, started, stages=(checked.time, timed.time))
+    run = pipeline.assemble(context, commit, records, started, stages=(checked.time, bench_time))
     if run is None:
         return CommitOutcome(sha, "failed", error="no case ran: the suite selected nothing")
     submitted = tasks.store(run)
@@ -70,4 +85,9 @@ def run_commit(
         failed=pipeline.failed_kernels(records),
         spooled=str(submitted.spooled) if submitted.spooled else None,
         untimed=timed.untimed,
+        unjudged=tuple(
+            (m.case.kernel, m.summary.rel_ci_halfwidth)
+            for m in measurements
+            if m.unjudged and m.summary is not None
+        ),
     )

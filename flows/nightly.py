@@ -28,6 +28,7 @@ from kernelwatch.flows.reporting import artifact_key, nightly_report, regression
 from kernelwatch.harness.isolation.worktree import checkout, resolve
 from kernelwatch.harness.records import ABMeasurement, StageTime
 from kernelwatch.store.device_time import add_stage
+from kernelwatch.store.series_history import UnjudgedNights
 
 #: Regression kinds the nightly bisects (a static one is the night's own range: its builds
 #: are the evidence).
@@ -53,6 +54,7 @@ class NightlySummary:
     report: str | None = None
     problems: tuple[str, ...] = field(default_factory=tuple)
     aa: tuple[AARate, ...] = ()
+    unjudged: tuple[UnjudgedNights, ...] = ()
 
     def markdown(self) -> str:
         """The flow's artifact: a few lines a person reads on the flow run's page."""
@@ -65,6 +67,7 @@ class NightlySummary:
         lines += [f"  - `{k}` failed: {reason}" for k, reason in sorted(c.failed.items())]
         if c.untimed:
             lines.append(f"  - {c.untimed}")
+        lines += self.unjudged_lines()
         lines += self.night_lines()
         lines.append(
             f"- detection: {self.change_points} new change points, "
@@ -83,6 +86,15 @@ class NightlySummary:
             lines.append(f"- report: `{self.report}`")
         lines += [f"- problem: {p}" for p in self.problems]
         return "\n".join(lines) + "\n"
+
+    def unjudged_lines(self) -> list[str]:
+        """Each kernel stored unjudged tonight, with how many recent nights it was."""
+        return [
+            f"- {u.kernel}: {u.nights} of the last {u.of_nights} nights unjudged, CI up to "
+            f"±{u.widest:.0%} (wider than the margin it is judged by after a second "
+            "measurement; kept out of its level)"
+            for u in self.unjudged
+        ]
 
     def night_lines(self) -> list[str]:
         """The same-night pass in a few lines: the count per outcome, then each suspect
@@ -120,6 +132,12 @@ def nightly(
     context = RunContext("nightly", repo.name, pool, tasks.flow_run_id())
     outcome = run_commit(config, repo, path, sha, context)
     night = confirm_tonight(config, repo, path, outcome)
+    unjudged: list[UnjudgedNights] = []
+    if outcome.unjudged and outcome.spooled is None:
+        kernels = tuple(dict.fromkeys(kernel for kernel, _ in outcome.unjudged))
+        unjudged = tasks.unjudged_nights(
+            repo.name, pool, kernels, config.thresholds.confirm.history
+        )
     found = tasks.detect(repo.name, config.thresholds)
     opened = (*(i for i, _ in night.opened), *found.opened)
     bisected = (*(i for i, kind in night.opened if kind in BISECTED), *found.opened)
@@ -153,6 +171,7 @@ def nightly(
         report=str(report) if report else None,
         problems=tuple(problems),
         aa=found.aa,
+        unjudged=tuple(unjudged),
     )
     create_markdown_artifact(summary.markdown(), key=artifact_key("nightly", repo.name, pool))
     return summary

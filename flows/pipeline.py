@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from kernelwatch.analysis.build_identity import CaseKey, case_key, identities
+from kernelwatch.analysis.suspicion import too_wide
+from kernelwatch.analysis.thresholds import Thresholds
 from kernelwatch.config.settings import RepositoryConfig
 from kernelwatch.harness.build.cache import default_cache_dir
 from kernelwatch.harness.build.stage import BuildRequest, BuildResult, run_build
@@ -216,6 +218,43 @@ def ab_stage(
         options=options,
     )
     return list(run_ab(request))
+
+
+def _wide(m: Measurement, thresholds: Thresholds) -> bool:
+    margin = thresholds.for_kernel(m.case.kernel).confirm.min_change
+    return (
+        m.status == "ok" and m.summary is not None and too_wide(m.summary.rel_ci_halfwidth, margin)
+    )
+
+
+def wide_kernels(measured: Iterable[Measurement], thresholds: Thresholds) -> tuple[str, ...]:
+    """The kernels with a point too wide to judge (each kernel's own margin, ``[confirm]
+    min_change``): what a nightly measures again."""
+    return tuple(dict.fromkeys(m.case.kernel for m in measured if _wide(m, thresholds)))
+
+
+def judged(
+    first: Sequence[Measurement], again: Iterable[Measurement], thresholds: Thresholds
+) -> list[Measurement]:
+    """The night's points: each of ``first`` too wide to judge replaced by its case's
+    measurement in ``again`` where that one is ok and narrower, and marked unjudged if the
+    one kept is still too wide."""
+    second = {_key(m): m for m in again if m.status == "ok" and m.summary is not None}
+    out = []
+    for m in first:
+        if not _wide(m, thresholds):
+            out.append(m)
+            continue
+        other = second.get(_key(m))
+        assert m.summary is not None  # _wide
+        if other is not None and other.summary.rel_ci_halfwidth < m.summary.rel_ci_halfwidth:
+            m = other
+        out.append(replace(m, unjudged=_wide(m, thresholds)))
+    return out
+
+
+def _key(m: Measurement) -> CaseKey:
+    return case_key(m.case.kernel, m.case.dtype, m.case.params)
 
 
 def split_ab(pairs: Iterable[ABMeasurement]) -> tuple[list[Measurement], list[Measurement]]:

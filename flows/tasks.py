@@ -50,6 +50,8 @@ from kernelwatch.harness.timing.request import BenchOptions
 from kernelwatch.harness.timing.timers import HARNESS_VERSION
 from kernelwatch.store.connect import StoreUnavailable, UnparsableURL, connect, resolve
 from kernelwatch.store.runfile import Run
+from kernelwatch.store.series_history import UnjudgedNights
+from kernelwatch.store.series_history import unjudged_nights as unjudged_history
 from kernelwatch.store.spool import Submitted, Submitter
 
 #: Exceptions a retry can cure.
@@ -249,6 +251,16 @@ def detect(repository: str, thresholds: Thresholds) -> PassReport:
     """One detection pass over the repository's stored history."""
     with store_connection() as conn:
         return detect_and_alert(conn, repository, thresholds)
+
+
+@task(name="unjudged-nights", **_UNCACHED, retry_condition_fn=infrastructure_only, **_RETRY)
+def unjudged_nights(
+    repository: str, pool: str, kernels: tuple[str, ...], nights: int
+) -> list[UnjudgedNights]:
+    """How many of the repository's last ``nights`` nights on ``pool`` left each of
+    ``kernels`` unjudged (``store/series_history.py``)."""
+    with store_connection() as conn:
+        return unjudged_history(conn, repository, pool, list(kernels), nights)
 
 
 def store_connection() -> psycopg.Connection:

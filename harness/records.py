@@ -369,7 +369,10 @@ class Measurement(JsonRecord, kind="measurement"):
     measured it (NVML's reading where it could not); a sample is ``throttled`` when that
     clock was below 75% of the device's maximum. ``build_identity`` is the case's build
     identity (``analysis/build_identity.py``), set by the parent where it is known: equal
-    on two measurements, they ran the same GPU work.
+    on two measurements, they ran the same GPU work. ``unjudged`` is set by the nightly's
+    parent on a point whose CI half-width stayed wider than the margin it would be judged by
+    after it was measured again (``analysis/suspicion.py``'s :func:`too_wide`): stored, shown
+    as such, and kept out of the level later nights are compared with.
     """
 
     case: CaseId
@@ -398,6 +401,7 @@ class Measurement(JsonRecord, kind="measurement"):
     bandwidth: Bandwidth | None = None
     failed_ranks: tuple[int, ...] = ()
     build_identity: str | None = None
+    unjudged: bool = False
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,7 @@ MEASUREMENTS = Table(
         read("other_processes", "integer", "telemetry.other_processes"),
         read("telemetry_available", "boolean", "telemetry.available"),
         read("duration_s", "double precision"),
+        read("unjudged", "boolean"),
         read("status", "text"),
         read("stop", "text", "summary.stop"),
         read("bound", "text", "sol.bound"),

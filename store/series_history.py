@@ -1,5 +1,7 @@
 """Reading series history back for detection: the recent history points of every series of a
-repository, with their raw samples, since the series' latest baseline reset."""
+repository, with their raw samples, since the series' latest baseline reset. Unjudged
+points (a CI wider than the margin they would be judged by) are left out: the level later
+nights are compared with is made of judged nights only."""
 
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ FROM series s
     CROSS JOIN LATERAL (
         SELECT * FROM (
             SELECT * FROM measurements
-            WHERE series_id = s.id AND history
+            WHERE series_id = s.id AND history AND NOT unjudged
                 AND measured_at >= coalesce(r.reset_at, '-infinity')
             ORDER BY measured_at DESC, id DESC LIMIT %(window)s
         ) recent ORDER BY measured_at, id
@@ -126,3 +128,44 @@ def load_histories(
     if head is not None:
         series.append(StoredSeries(*head, runs=tuple(runs)))
     return series
+
+
+@dataclass(frozen=True)
+class UnjudgedNights:
+    """A kernel's unjudged history among a repository's recent nights on one pool: on how
+    many of them it had a point stored unjudged, and the widest such point's relative CI
+    half-width."""
+
+    kernel: str
+    nights: int
+    of_nights: int
+    widest: float
+
+
+_UNJUDGED = """
+WITH recent AS (
+    SELECT run.id FROM runs run JOIN repositories repo ON repo.id = run.repository_id
+    WHERE repo.name = %(repository)s AND run.pool IS NOT DISTINCT FROM %(pool)s
+        AND run.trigger IN ('nightly', 'manual')
+    ORDER BY run.started_at DESC LIMIT %(nights)s
+)
+SELECT k.name, count(DISTINCT m.run_id), (SELECT count(*) FROM recent),
+    max(m.rel_ci_halfwidth)
+FROM measurements m
+    JOIN recent ON recent.id = m.run_id
+    JOIN series s ON s.id = m.series_id
+    JOIN kernels k ON k.id = s.kernel_id
+WHERE m.unjudged AND k.name = ANY(%(kernels)s)
+GROUP BY k.name
+ORDER BY k.name"""
+
+
+def unjudged_nights(
+    conn: psycopg.Connection, repository: str, pool: str | None, kernels: list[str], nights: int
+) -> list[UnjudgedNights]:
+    """For each of ``kernels`` with an unjudged point among the repository's last ``nights``
+    history runs on ``pool``: how many of those nights had one, and the widest."""
+    rows = conn.execute(
+        _UNJUDGED, {"repository": repository, "pool": pool, "kernels": kernels, "nights": nights}
+    )
+    return [UnjudgedNights(name, count, of, widest) for name, count, of, widest in rows]

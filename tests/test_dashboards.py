@@ -421,6 +421,15 @@ def seeded(pg_server):
         # Every run's device time, as the flows store it: the cost panels' rows.
         for (run_id,) in conn.execute("SELECT run_id::text FROM runs").fetchall():
             add_stage(conn, run_id, StageTime("bench", 600.0, 1))
+        # One nightly point too wide to judge, as a nightly stores it (not the planted
+        # series'): the history panel's grey point and the fleet's unjudged count.
+        conn.execute(
+            """UPDATE measurements SET unjudged = true WHERE id = (
+                SELECT m.id FROM measurements m JOIN series s ON s.id = m.series_id
+                WHERE m.history AND m.status = 'ok' AND s.key <> %s
+                ORDER BY m.measured_at DESC, m.id LIMIT 1)""",
+            (planted_key,),
+        )
         quarter_keys = [k for (k,) in conn.execute(
             "SELECT s.key FROM series s JOIN kernels k ON k.id = s.kernel_id "
             "WHERE k.name = 'flash_attention' AND s.device_model = %s ORDER BY 1",
@@ -761,7 +770,6 @@ def test_migration_0012_keeps_the_checks_stored_before_it(pg_server):
         conn.execute("DROP DATABASE IF EXISTS t_pr_migrate")
         conn.execute("CREATE DATABASE t_pr_migrate TEMPLATE kernelwatch")
     url = pg_server.url("t_pr_migrate")
-    migrate.downgrade(url, "0011")
     fleet = Fleet(models=3, series=2, days=1, samples=3, pr_runs_per_day=0)
     rng = np.random.default_rng(5)
     commit = CommitInfo(sha(0), (), END.isoformat(), "c", "main")
@@ -773,6 +781,10 @@ def test_migration_0012_keeps_the_checks_stored_before_it(pg_server):
             ingester.ingest(run)
         ids = [conn.execute("SELECT id FROM runs WHERE run_id = %s", (r.info.run_id,))
                .fetchone()[0] for r in runs]  # fmt: skip
+    # Stored by today's ingest (it writes today's columns), then taken down to 0011, where
+    # the PR checks were findings.
+    migrate.downgrade(url, "0011")
+    with psycopg.connect(url) as conn:
         findings = [
             (ids[1], ids[0], "SLOWER", "/var/lib/kernelwatch/reports/pr-1.html"),
             (ids[3], ids[2], "SAME", "https://reports.example/kw/pr-2.html"),

@@ -28,6 +28,7 @@ from kernelwatch.flows.bisection import bisect
 from kernelwatch.flows.demo_repo import make_demo_repo
 from kernelwatch.flows.nightly import nightly
 from kernelwatch.flows.prcheck import pr_check
+from kernelwatch.store.series_history import load_histories, repository_id
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -276,6 +277,102 @@ def test_a_nightly_past_its_pools_device_budget_says_what_it_left_untimed(
         stages = _stages(conn, c.run_id)
     # Stopped at the budget, and killed within the supervisor's wait for the child.
     assert stages["bench"][1] == c.measured and 1.0 <= stages["bench"][0] < 10.0, stages
+
+
+#: The relative CI half-width of a point the timer double makes too wide to judge: above the
+#: configuration's margin ([confirm] min_change = 0.5).
+TOO_WIDE = 0.9
+
+
+def _too_wide(bench, kernel: str, calls: list[tuple[str, ...]], widened: int):
+    """``tasks.bench`` whose first ``widened`` calls return ``kernel``'s points 3x slower with a
+    CI of ±90% (a timer double for a night too noisy to judge, not load); every call's
+    kernels are appended to ``calls``."""
+
+    def wide(m):
+        median = 3.0 * m.summary.median_ns
+        return dataclasses.replace(
+            m,
+            samples_ns=tuple(3.0 * s for s in m.samples_ns),
+            summary=dataclasses.replace(
+                m.summary,
+                median_ns=median,
+                ci_low_ns=median * (1 - TOO_WIDE),
+                ci_high_ns=median * (1 + TOO_WIDE),
+                rel_ci_halfwidth=TOO_WIDE,
+            ),
+        )
+
+    def timed(repo, checkout, kernels, *args, **kwargs):
+        result = bench(repo, checkout, kernels, *args, **kwargs)
+        calls.append(tuple(kernels))
+        if len(calls) > widened:
+            return result
+        records = [
+            wide(m) if m.case.kernel == kernel and m.summary is not None else m
+            for m in result.records
+        ]
+        return dataclasses.replace(result, records=records)
+
+    return timed
+
+
+def test_a_night_too_noisy_to_judge_is_measured_again_then_stored_unjudged(
+    demo, store_url, monkeypatch, tmp_path
+):
+    """Issue 47: a night whose CI half-width was 10-51% (against about 1% on quiet nights)
+    was stored as an ordinary point, judged, and went into the level. Now a point wider
+    than the margin it would be judged by is measured again that night: narrower, the second
+    measurement is the night's point; still too wide, the point is stored unjudged (with its
+    CI), named in the nightly's summary, suspects nothing and is left out of the level later
+    nights are compared with."""
+    made, _, _ = demo
+    kernel = next(k for k in ("softmax", "rms_norm") if k != made.culprit_kernel)
+    config = tmp_path / "unjudged.toml"
+    config.write_text(_config(made.path, made.suite, [kernel], tmp_path / "reports", ""))
+    monkeypatch.setenv("KERNELWATCH_CONFIG", str(config))
+    monkeypatch.setenv("KERNELWATCH_DATABASE_URL", store_url)
+    for night in (0, 1):  # the regime the suspicion needs (min_history = 2)
+        nightly(repository="demo", rev=made.nights[night][1])
+    # Night 2: too wide at first, narrow when measured again: judged, at the second point.
+    calls: list[tuple[str, ...]] = []
+    with pytest.MonkeyPatch.context() as double:
+        double.setattr(tasks, "bench", _too_wide(tasks.bench, kernel, calls, widened=1))
+        settled = nightly(repository="demo", rev=made.nights[2][1])
+    assert calls == [(kernel,), (kernel,)], calls
+    assert settled.commit.unjudged == () and settled.unjudged == ()
+    # Night 3: too wide both times: unjudged, and its 3x level suspects nothing.
+    calls.clear()
+    with pytest.MonkeyPatch.context() as double:
+        double.setattr(tasks, "bench", _too_wide(tasks.bench, kernel, calls, widened=2))
+        wide = nightly(repository="demo", rev=made.nights[3][1])
+    assert calls == [(kernel,), (kernel,)], calls
+    assert wide.commit.unjudged == ((kernel, TOO_WIDE),), wide.commit
+    assert wide.night.suspects == (), wide.night
+    line = (
+        f"- {kernel}: 1 of the last 4 nights unjudged, CI up to ±90% (wider than the margin it "
+        "is judged by after a second measurement; kept out of its level)"
+    )
+    assert line in wide.markdown().splitlines(), wide.markdown()
+    with psycopg.connect(store_url) as conn:
+        stored = conn.execute(
+            "SELECT r.run_id::text, m.id, m.unjudged, m.rel_ci_halfwidth FROM measurements m "
+            "JOIN runs r ON r.id = m.run_id ORDER BY r.started_at"
+        ).fetchall()
+        assert [u for _, _, u, _ in stored] == [False, False, False, True], stored
+        assert stored[2][3] < TOO_WIDE  # night 2 kept its narrow second measurement
+        (unjudged_id,) = [i for _, i, u, _ in stored if u]
+        (series,) = load_histories(conn, repository_id(conn, "demo"))
+        assert unjudged_id not in {r.measurement_id for r in series.runs}
+        assert len(series.runs) == 3
+        shown = conn.execute(
+            "SELECT unjudged FROM report_series_history ORDER BY measured_at"
+        ).fetchall()
+        assert [u for (u,) in shown] == [False, False, False, True]
+        (fleet,) = conn.execute(
+            "SELECT pool, kernel, rel_ci_halfwidth FROM report_unjudged_points"
+        ).fetchall()
+        assert fleet == ("local", kernel, TOO_WIDE)
 
 
 def test_a_slowdown_on_the_last_night_is_confirmed_bisected_and_announced_that_night(

@@ -1,4 +1,5 @@
--- Every history point of every series, with the change point detected at it.
+-- Every history point of every series, with the change point detected at it; unjudged: a
+-- point whose CI stayed wider than its margin (kept out of the level later nights meet).
 -- The run's descriptors come from a fenced (OFFSET 0) lateral subquery looked up by
 -- primary key per point: the planner then orders 6 relations instead of 9, which halves
 -- the planning time, the larger part of this query's latency.
@@ -10,7 +11,7 @@ SELECT
     m.measured_at, m.id AS measurement_id, r.run_id, r.trigger, r.commit_sha,
     r.device_uuid, r.host, 
     m.status, m.median_ns, m.ci_low_ns, m.ci_high_ns, m.p10_ns, m.p90_ns, m.min_ns, m.n,
-    m.rel_ci_halfwidth, m.throttled_count, m.tflops, m.gbps, m.pct_sol, m.speedup,
+    m.rel_ci_halfwidth, m.unjudged, m.throttled_count, m.tflops, m.gbps, m.pct_sol, m.speedup,
     cfg.label AS config,
     cp.id AS change_point_id, cp.direction AS change_direction,
     cp.rel_change AS change_rel, cp.regression_id
