@@ -18,7 +18,7 @@ from typing import Any
 
 from kernelwatch.analysis.thresholds import StaticThresholds, Thresholds
 from kernelwatch.harness.build.archs import ARCHS, Arch
-from kernelwatch.harness.build.sass import FP8_TENSOR_CORES, TENSOR_CORE_RANK
+from kernelwatch.harness.build.sass import FP4_TENSOR_CORES, FP8_TENSOR_CORES, TENSOR_CORE_RANK
 from kernelwatch.harness.records import BuildMetrics
 
 _THRESHOLDS = Thresholds()
@@ -197,7 +197,13 @@ def _tensor_core(before: BuildMetrics, after: BuildMetrics) -> Finding | None:
     old, new = before.tensor_core or "none", after.tensor_core or "none"
     if TENSOR_CORE_RANK.get(new, 0) >= TENSOR_CORE_RANK.get(old, 0):
         return None
-    lost = "FP8 tensor-core path" if old in FP8_TENSOR_CORES else "tensor-core path"
+    lost = (
+        "FP4 tensor-core path"
+        if old in FP4_TENSOR_CORES
+        else "FP8 tensor-core path"
+        if old in FP8_TENSOR_CORES
+        else "tensor-core path"
+    )
     return _finding("tensor_core", after, old, new, f"lost its {lost}")
 
 

@@ -24,6 +24,7 @@ _TENSOR_CORE_LABELS = {
     "HGMMA": "wgmma (HGMMA)",
     "QGMMA": "fp8 wgmma (QGMMA)",
     "UTCQMMA": "fp8 tcgen05 (UTCQMMA)",
+    "UTCOMMA": "fp4 tcgen05 (UTCOMMA)",
 }
 #: report_build_history.tensor_core_rank's values, named.
 TENSOR_CORE_NAMES = {rank: _TENSOR_CORE_LABELS.get(c, c) for c, rank in TENSOR_CORE_RANK.items()}

@@ -454,7 +454,8 @@ class BuildMetrics(JsonRecord, kind="build"):
 
     ``status`` is ``ok`` or ``error`` (``reason`` one line, ``detail`` the compiler output).
     ``tensor_core`` is the instruction class found in the SASS: ``HGMMA``, ``QGMMA``,
-    ``tcgen05``, ``UTCQMMA``, ``HMMA`` or ``none``. The artifact's identity is ``cubin_sha256``;
+    ``tcgen05``, ``UTCQMMA``, ``UTCOMMA``, ``HMMA`` or ``none``. The artifact's identity is
+    ``cubin_sha256``;
     ``sass_sha256`` is the function's instruction stream alone (the same code with its debug
     line table moved has the same one).
     One kernel launches with a different specialisation (divisibility by 16, unit strides,

@@ -96,6 +96,11 @@ def test_tensor_core_classes():
     assert sass.tensor_core_class({"QGMMA.64x128x32.F32.E4M3.E4M3": 4}) == "QGMMA"
     assert sass.tensor_core_class({"UTCHMMA": 8, "HGMMA.64x8x16.F32": 1}) == "tcgen05"
     assert sass.tensor_core_class({"UTCQMMA": 2, "UTCHMMA": 1}) == "UTCQMMA"
+    # tl.dot_scaled on e2m1 operands for sm_100a (Triton 3.9, a 128x128x256 tile): the
+    # block-scaled FP4 MMA, ranked above fp8, so a fall-back to an fp8 or 16-bit MMA is a loss.
+    assert sass.tensor_core_class({"UTCOMMA": 4, "UTCQMMA": 1}) == "UTCOMMA"
+    rank = sass.TENSOR_CORE_RANK
+    assert rank["UTCOMMA"] > rank["UTCQMMA"] > rank["tcgen05"]
     assert sass.tensor_core_class({"FFMA": 100}) == "none"
 
 

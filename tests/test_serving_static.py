@@ -13,7 +13,7 @@ from planted.mutants import Mutation, mutant_source
 
 from kernelwatch.analysis.static_diff import compare
 from kernelwatch.dashboards.builds import TENSOR_CORE_NAMES
-from kernelwatch.harness.build.sass import FP8_TENSOR_CORES, TENSOR_CORE_RANK
+from kernelwatch.harness.build.sass import FP4_TENSOR_CORES, FP8_TENSOR_CORES, TENSOR_CORE_RANK
 from kernelwatch.harness.build.stage import BuildRequest, run_build
 from kernelwatch.harness.records import BuildMetrics
 from kernelwatch.harness.suite import SuiteRef
@@ -41,6 +41,17 @@ def test_losing_the_fp8_path_is_a_regression(arch, fp8, wider):
     assert _tensor_core_findings(fp8, "HMMA", arch) == ["lost its FP8 tensor-core path"]
     assert _tensor_core_findings(wider, fp8, arch) == []
     assert fp8 in FP8_TENSOR_CORES and wider not in FP8_TENSOR_CORES
+
+
+@pytest.mark.parametrize("fallback", ["UTCQMMA", "tcgen05", "HMMA"])
+def test_an_fp4_gemm_falling_back_from_the_block_scaled_mma_is_a_regression(fallback):
+    """Issue 50: sm_100a's block-scaled FP4 MMA (UTCOMMA) was filed under plain tcgen05, so an
+    FP4 GEMM that fell back to an fp8 or 16-bit MMA went unseen."""
+    assert _tensor_core_findings("UTCOMMA", fallback, "sm_100a") == [
+        "lost its FP4 tensor-core path"
+    ]
+    assert _tensor_core_findings(fallback, "UTCOMMA", "sm_100a") == []
+    assert "UTCOMMA" in FP4_TENSOR_CORES
 
 
 def test_the_store_ranks_tensor_cores_as_the_rules_do():

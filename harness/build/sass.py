@@ -18,11 +18,15 @@ from dataclasses import dataclass
 #: ``HMMA`` is the warp-level ``mma.sync`` family (Ampere and later, also IMMA),
 #: ``HGMMA`` Hopper's warpgroup ``wgmma`` on 16-bit and tf32 operands (IGMMA counts as
 #: HGMMA), ``QGMMA`` the same on fp8 operands; ``tcgen05`` Blackwell's ``UTC*MMA`` issued
-#: from tensor memory, ``UTCQMMA`` its fp8 (``kind::f8f6f4``) form. Each fp8 class ranks
+#: from tensor memory, ``UTCQMMA`` its fp8 (``kind::f8f6f4``) form, ``UTCOMMA`` its
+#: block-scaled FP4 form (``kind::mxf4``/``mxf4nvf4``: e2m1 operands with e8m0 or e4m3 scales,
+#: what ``tl.dot_scaled`` on e2m1 compiles to for sm_100a). Each fp8 class ranks
 #: above its generation's 16-bit one, so an FP8 GEMM whose operands get widened before the
 #: MMA (QGMMA -> HGMMA on sm_90a, UTCQMMA -> tcgen05 on sm_100a: half the throughput) is a
-#: downgrade. Builds are only compared on the same target, so the order across generations
-#: only has to agree within each.
+#: downgrade; the FP4 class ranks above fp8, so an FP4 GEMM that falls back to an fp8 or 16-bit
+#: MMA is one too. Hopper has no FP4 MMA: there ``tl.dot_scaled`` upcasts its operands to
+#: HGMMA, an emulation. Builds are only compared on the same target, so the order across
+#: generations only has to agree within each.
 TENSOR_CORE_RANK: dict[str, int] = {
     "none": 0,
     "HMMA": 1,
@@ -30,9 +34,11 @@ TENSOR_CORE_RANK: dict[str, int] = {
     "QGMMA": 3,
     "tcgen05": 4,
     "UTCQMMA": 5,
+    "UTCOMMA": 6,
 }
-#: The classes whose operands are fp8.
+#: The classes whose operands are fp8, and block-scaled FP4.
 FP8_TENSOR_CORES = frozenset({"QGMMA", "UTCQMMA"})
+FP4_TENSOR_CORES = frozenset({"UTCOMMA"})
 
 _PTXAS_ENTRY = re.compile(
     r"^ptxas\S* info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?"
@@ -172,6 +178,8 @@ def instruction_mix(opcodes: Mapping[str, int]) -> InstructionMix:
 def tensor_core_class(opcodes: Mapping[str, int]) -> str:
     """The newest tensor-core path the code uses (see :data:`TENSOR_CORE_RANK`)."""
     bases = {_base(op) for op, n in opcodes.items() if n}
+    if "UTCOMMA" in bases:
+        return "UTCOMMA"
     if "UTCQMMA" in bases:
         return "UTCQMMA"
     if any(b.startswith("UTC") and b.endswith("MMA") for b in bases):

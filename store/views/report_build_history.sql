@@ -6,7 +6,8 @@ SELECT b.id AS build_id, run.run_id, run.started_at AS at, run.trigger,
     coalesce(b.spill_store_bytes, 0) + coalesce(b.spill_load_bytes, 0) AS spill_bytes,
     b.stack_bytes, b.shared_static_bytes, b.shared_dynamic_bytes, b.num_warps, b.num_stages,
     b.tensor_core, CASE b.tensor_core WHEN 'none' THEN 0 WHEN 'HMMA' THEN 1
-        WHEN 'HGMMA' THEN 2 WHEN 'QGMMA' THEN 3 WHEN 'tcgen05' THEN 4 WHEN 'UTCQMMA' THEN 5 END AS tensor_core_rank, b.tma_loads,
+        WHEN 'HGMMA' THEN 2 WHEN 'QGMMA' THEN 3 WHEN 'tcgen05' THEN 4 WHEN 'UTCQMMA' THEN 5
+        WHEN 'UTCOMMA' THEN 6 END AS tensor_core_rank, b.tma_loads,
     b.global_load_bits, b.local_loads, b.local_stores, b.instructions, b.cubin_sha256
 FROM build_metrics b
     JOIN runs run ON run.id = b.run_id
