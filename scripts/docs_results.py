@@ -75,6 +75,28 @@ def detection_full(details: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def detection_shapes(details: dict[str, Any]) -> str:
+    """Every detector on the shaped nightly series (docs/DETECTION.md, docs/BENCHMARKS.md)."""
+    shapes = details["shapes"]
+    named = shapes["ours_named"]  # by shape, in the evaluation's order
+    lines = [
+        f"{shapes['series']} series of each shape (seed {shapes['seed']}; 1 % nightly noise, 2 % "
+        "interference outliers): a drift of +0.5 %/night for 20 nights, a 10 % step on such a "
+        "drift, +10 % then -6 % four nights later; match within "
+        f"+-{shapes['tolerance']} points",
+        "",
+        "| detector | drift: one or two findings, one at its start | step on a drift found | "
+        "partial revert: both changes found |",
+        "|---|---|---|---|",
+    ]
+    for row in shapes["rows"]:
+        cells = " | ".join(f"{row[shape]:.0%}" for shape in named)
+        lines.append(f"| {NAMES[row['detector']]} {row['which']} | {cells} |")
+    cells = " | ".join(f"{share:.0%}" for share in named.values())
+    lines.append(f"| kernelwatch default, as it names them (a drift; steps) | {cells} |")
+    return "\n".join(lines)
+
+
 def detection_summary(details: dict[str, Any]) -> str:
     """Ours at its defaults, each anchor at the better (by F1) of its two settings, best
     first (docs/DETECTION.md)."""
@@ -388,6 +410,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "dashboards-latency": dashboards_latency,
     "detection-full": detection_full,
     "detection-summary": detection_summary,
+    "detection-shapes": detection_shapes,
     "detection-tuning": detection_tuning,
     "short-history": short_history,
     "short-history-latency": short_history_latency,

@@ -21,11 +21,15 @@ main evaluation), and the share of unchanged 60-point series with any detection.
 change reported one night and gone the next counts as missed on that night), on the
 ``--seeds`` given, with whether a step reported within 3 nights stays reported after.
 
-Setting up the anchors (outside the repository):
+The main evaluation also runs every detector (ours at its defaults, each anchor at its
+tuned setting) on shaped nightly series drawn from ``--seed`` (``tests/synthetic_series.py``'s
+``shaped``): a slow drift, a step on a drift and a partial revert.
+
+The anchors live outside the repository, each in a virtual environment of its own under
+``--anchors``, which the script makes and installs (``ANCHOR_PACKAGES``, pinned) when one is
+missing; by hand that is:
 
     python3.11 -m venv DIR/otava && DIR/otava/bin/pip install apache-otava==0.8.0
-    python3.11 -m venv DIR/mongo && DIR/mongo/bin/pip install signal-processing-algorithms==2.1.6
-    python3.11 -m venv DIR/ruptures && DIR/ruptures/bin/pip install ruptures==1.1.10
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -49,11 +54,27 @@ from kernelwatch.analysis.changepoints import DetectorConfig, detect
 
 # The synthetic generators are test data: they live in tests/, outside the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from synthetic_series import NoiseModel, SyntheticSeries, make_dataset, make_series
+from synthetic_series import (
+    SHAPES,
+    NoiseModel,
+    Shaped,
+    SyntheticSeries,
+    make_dataset,
+    make_series,
+    shaped,
+)
 
 TOLERANCE = 3
 CHUNK = 50
 WORKER = Path(__file__).with_name("detection_anchor_worker.py")
+#: Each anchor's package, pinned: the script installs it into ``--anchors``/NAME when missing.
+ANCHOR_PACKAGES = {
+    "otava": "apache-otava==0.8.0",
+    "mongo": "signal-processing-algorithms==2.1.6",
+    "ruptures": "ruptures==1.1.10",
+}
+#: Series of each shape the shaped cases draw.
+SHAPE_SERIES = 60
 
 Params = dict[str, Any]
 Runner = Callable[[Params, list[list[float]]], tuple[list[list[int]], float]]
@@ -117,21 +138,10 @@ def score(data: Sequence[SyntheticSeries], detections: Sequence[Sequence[int]]) 
     tp = fp = fn = alarms = unchanged = 0
     for series, found in zip(data, detections, strict=True):
         truth = list(series.change_points)
-        pairs = sorted(
-            (abs(t - d), i, j)
-            for i, t in enumerate(truth)
-            for j, d in enumerate(found)
-            if abs(t - d) <= TOLERANCE
-        )
-        used_t: set[int] = set()
-        used_d: set[int] = set()
-        for _, i, j in pairs:
-            if i not in used_t and j not in used_d:
-                used_t.add(i)
-                used_d.add(j)
-        tp += len(used_t)
-        fp += len(found) - len(used_d)
-        fn += len(truth) - len(used_t)
+        matched = _matched(truth, found)
+        tp += matched
+        fp += len(found) - matched
+        fn += len(truth) - matched
         if not truth:
             unchanged += 1
             alarms += bool(found)
@@ -139,6 +149,24 @@ def score(data: Sequence[SyntheticSeries], detections: Sequence[Sequence[int]]) 
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return Scores(precision, recall, f1, alarms / unchanged if unchanged else 0.0, tp, fp, fn)
+
+
+def _matched(truth: Sequence[int], found: Sequence[int]) -> int:
+    """How many of ``truth`` are matched one to one by ``found`` within +-TOLERANCE points
+    (nearest first)."""
+    pairs = sorted(
+        (abs(t - d), i, j)
+        for i, t in enumerate(truth)
+        for j, d in enumerate(found)
+        if abs(t - d) <= TOLERANCE
+    )
+    used_t: set[int] = set()
+    used_d: set[int] = set()
+    for _, i, j in pairs:
+        if i not in used_t and j not in used_d:
+            used_t.add(i)
+            used_d.add(j)
+    return len(used_t)
 
 
 def run_ours(
@@ -156,13 +184,29 @@ def run_ours(
     return detections, seconds
 
 
+def ensure_anchor(name: str, anchors: Path) -> Path:
+    """The Python of ``name``'s virtual environment under ``anchors``, made and its pinned
+    package installed first when missing (from the package index)."""
+    python = anchors / name / "bin" / "python"
+    if python.exists():
+        return python
+    package = ANCHOR_PACKAGES[name]
+    print(f"installing {package} into {anchors / name}...", file=sys.stderr)
+    base = shutil.which("python3.11") or sys.executable
+    try:
+        subprocess.run([base, "-m", "venv", str(anchors / name)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", package], check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        shutil.rmtree(anchors / name, ignore_errors=True)
+        sys.exit(f"error: could not install {package} into {anchors / name}: {exc}")
+    return python
+
+
 class Worker:
     """One anchor's detector in a subprocess of its own virtual environment."""
 
     def __init__(self, name: str, anchors: Path) -> None:
-        python = anchors / name / "bin" / "python"
-        if not python.exists():
-            sys.exit(f"error: no {python}; set up the anchors as this script's docstring says")
+        python = ensure_anchor(name, anchors)
         self.name = name
         self.proc = subprocess.Popen(
             [str(python), str(WORKER), name],
@@ -224,6 +268,54 @@ def evaluate(
             seconds[label] += spent
     return {
         label: (score(data, found[label]), 1000.0 * seconds[label] / len(data)) for label in labels
+    }
+
+
+def _shape_right(series: Shaped, found: Sequence[int]) -> bool:
+    """Whether a detector's findings on one shaped series are what a reader needs: a drift as
+    one or two findings, one at its start; a step on a drift found; a partial revert's two
+    changes each found (one to one)."""
+    if series.shape == "drift":
+        assert series.drift_start is not None
+        return 1 <= len(found) <= 2 and any(abs(i - series.drift_start) <= TOLERANCE for i in found)
+    return _matched(series.steps, found) == len(series.steps)
+
+
+def _ours_named(series: Shaped) -> bool:
+    """Ours as the product reads it: a drift named a drift at its start among at most two
+    findings; the step on a drift found as a step; a partial revert's changes both steps."""
+    found = detect(series.y).change_points
+    steps = [cp.index for cp in found if cp.drift is None]
+    if series.shape == "drift":
+        assert series.drift_start is not None
+        return len(found) <= 2 and any(
+            cp.drift is not None and abs(cp.index - series.drift_start) <= TOLERANCE for cp in found
+        )
+    return _matched(series.steps, steps) == len(series.steps)
+
+
+def evaluate_shapes(
+    entries: dict[str, tuple[Runner, Params]], seed: int, count: int
+) -> dict[str, Any]:
+    """Every entry on ``count`` series of each shape drawn from ``seed``: the share it got
+    right (:func:`_shape_right`); and ours as the product names its findings."""
+    rng = np.random.default_rng(seed)
+    data = {shape: [shaped(rng, shape) for _ in range(count)] for shape in SHAPES}
+    rows = []
+    for label, (runner, params) in entries.items():
+        row: dict[str, Any] = {"detector": label.split()[0], "which": label.split()[1]}
+        row["params"] = params
+        for shape, series in data.items():
+            found, _ = runner(params, [s.y.tolist() for s in series])
+            row[shape] = sum(map(_shape_right, series, found)) / count
+        rows.append(row)
+    named = {shape: sum(map(_ours_named, series)) / count for shape, series in data.items()}
+    return {
+        "series": count,
+        "seed": seed,
+        "tolerance": TOLERANCE,
+        "rows": rows,
+        "ours_named": named,
     }
 
 
@@ -355,8 +447,8 @@ def main_delay_curve(args: argparse.Namespace) -> None:
 
 
 def main_delay(args: argparse.Namespace) -> None:
-    """The delay table: ours (provisional tail, and settled only) and each anchor whose
-    virtual environment exists."""
+    """The delay table: ours (provisional tail, and settled only) and each anchor at its
+    tuned setting of the main evaluation."""
     stepped, flat = delay_series(args.seed, args.series)
     entries: dict[str, tuple[Runner, Params]] = {
         "kernelwatch (provisional tail)": (lambda p, s: run_ours(p, s, provisional=True), {}),
@@ -364,11 +456,8 @@ def main_delay(args: argparse.Namespace) -> None:
     }
     workers = []
     for name, params in TUNED.items():
-        if (args.anchors / name / "bin" / "python").exists():
-            workers.append(Worker(name, args.anchors))
-            entries[f"{name} tuned"] = (workers[-1], params)
-        else:
-            print(f"note: no {args.anchors / name}; {name} left out", file=sys.stderr)
+        workers.append(Worker(name, args.anchors))
+        entries[f"{name} tuned"] = (workers[-1], params)
     rows = []
     for label, (runner, params) in entries.items():
         reported, alarms, ms = delay(runner, params, stepped, flat)
@@ -450,6 +539,13 @@ def main() -> None:
         entries[f"{name} tuned"] = (runner, tuned[name][0])
     print(f"evaluating on {len(eval_set)} series (seed {args.seed})...", file=sys.stderr)
     results = evaluate(entries, eval_set)
+    shaped_entries = {
+        label: entry
+        for label, entry in entries.items()
+        if label == "ours default" or (not label.startswith("ours") and label.endswith("tuned"))
+    }
+    print(f"shaped cases: {SHAPE_SERIES} series each (seed {args.seed})...", file=sys.stderr)
+    shapes = evaluate_shapes(shaped_entries, args.seed, SHAPE_SERIES)
     for worker in workers:
         worker.close()
 
@@ -483,8 +579,10 @@ def main() -> None:
             }
             for label, (scores, ms) in results.items()
         ],
+        "shapes": shapes,
     }
     print(docs_results.detection_full(details))
+    print(docs_results.detection_shapes(details))
     if args.json:
         args.json.write_text(json.dumps(details, indent=2) + "\n")
 

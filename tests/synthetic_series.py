@@ -157,3 +157,50 @@ def _log_uniform(
     rng: np.random.Generator, low: float, high: float, size: int | None = None
 ) -> np.ndarray | float:
     return np.exp(rng.uniform(np.log(low), np.log(high), size))
+
+
+#: The shaped cases' nightly noise (issue 47 drew them so): log-normal noise a night, a share
+#: of nights slowed by a right-skewed interference outlier, and its mean.
+SHAPE_NOISE, SHAPE_OUTLIER_RATE, SHAPE_OUTLIER_MEAN = 0.01, 0.02, 0.05
+#: A drift's change per night and how many nights it lasts.
+DRIFT_SLOPE, DRIFT_NIGHTS = 0.005, 20
+
+
+@dataclass(frozen=True)
+class Shaped:
+    """A nightly series of one shape, with where its changes start (the first night each
+    moved) and, for a drift, where it starts."""
+
+    shape: str
+    y: np.ndarray
+    steps: tuple[int, ...]
+    drift_start: int | None = None
+
+
+def shaped(rng: np.random.Generator, shape: str) -> Shaped:
+    """One series of ``shape``: ``drift`` (60 nights, +0.5 % a night for 20 nights from
+    night 20), ``step on drift`` (90 nights, that drift from night 41 and a 10 % step at 50)
+    or ``partial revert`` (60 nights, +10 % at 30, then -6 % at 34)."""
+    n, changes, drift = 60, (), None
+    if shape == "drift":
+        drift = 20
+    elif shape == "step on drift":
+        n, drift, changes = 90, 41, ((50, 0.10),)
+    elif shape == "partial revert":
+        changes = ((30, 0.10), (34, -0.06))
+    else:
+        raise ValueError(f"unknown shape {shape!r}")
+    t = np.arange(n)
+    level = np.zeros(n)
+    if drift is not None:
+        level += np.clip(t - drift + 1, 0, DRIFT_NIGHTS) * DRIFT_SLOPE
+    for at, size in changes:
+        level += (t >= at) * np.log1p(size)
+    y = 1e5 * np.exp(level) * rng.lognormal(0.0, SHAPE_NOISE, n)
+    slowed = rng.random(n) < SHAPE_OUTLIER_RATE
+    y[slowed] *= 1.0 + rng.exponential(SHAPE_OUTLIER_MEAN, slowed.sum())
+    return Shaped(shape, y, tuple(at for at, _ in changes), drift)
+
+
+#: The shaped cases, in the order the tables show them.
+SHAPES = ("drift", "step on drift", "partial revert")
