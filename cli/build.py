@@ -38,6 +38,7 @@ from kernelwatch.cli.configuration import configuration
 from kernelwatch.cli.console import TextTable, fail, output_console, progress, stderr
 from kernelwatch.harness.build.archs import DEFAULT_ARCHS, parse_archs
 from kernelwatch.harness.build.cache import default_cache_dir
+from kernelwatch.harness.build.sass import emulation
 from kernelwatch.harness.build.stage import (
     DEFAULT_WORKLOAD,
     BuildFailed,
@@ -275,6 +276,8 @@ def _print_builds(records: list[BuildMetrics]) -> None:
         status = "cached" if r.cached else r.status
         if r.status != "ok":
             status = Text.assemble(("error", "bold red"), f" {r.reason}")
+        elif note := emulation(r.dtype, r.tensor_core):
+            status = f"{status}, {note}"
         table.add_row(
             r.kernel,
             r.function,

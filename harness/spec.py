@@ -50,6 +50,8 @@ DTYPES: dict[str, torch.dtype] = {
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
     "fp8": torch.float8_e4m3fn,
+    # MXFP4: e2m1 values two a byte with e8m0 scales per 32 (the spec packs them itself).
+    "mxfp4": torch.float4_e2m1fn_x2,
 }
 
 #: Relative-error tolerances (``||out - ref|| / ||ref||``) when a spec does not override them.

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from kernelwatch.harness.build.sass import FP4_DTYPES
 from kernelwatch.harness.correctness import check_case
 from kernelwatch.harness.cuda_kernel import CPU_REASON
 from kernelwatch.harness.spec import DistributedSpec, KernelSpec, validate_suite
@@ -58,7 +59,8 @@ def test_suite_has_the_llm_serving_kernels():
 def check_spec_is_complete(spec: KernelSpec | DistributedSpec) -> None:
     real = FAMILIES & set(spec.workloads)
     assert "smoke" in spec.workloads and real, f"{spec.name}: no smoke or no real-shape workload"
-    assert {"fp16", "bf16"} <= set(spec.dtypes)
+    # An FP4 GEMM has no 16-bit form: its operands are e2m1 whatever it writes.
+    assert {"fp16", "bf16"} <= set(spec.dtypes) or set(spec.dtypes) <= FP4_DTYPES, spec.dtypes
     assert spec.baseline.name
     for case in (*spec.workloads["smoke"], *(c for w in real for c in spec.workloads[w])):
         assert spec.flops(case) > 0
@@ -110,7 +112,7 @@ def test_every_builtin_kernel_has_a_family(name):
 FAMILY_OF = {
     "rms_norm": "norm", "fused_add_rms_norm": "norm", "softmax": "elementwise",
     "silu_and_mul": "elementwise", "silu_and_mul_cuda": "elementwise", "rope": "elementwise",
-    "gemm": "gemm", "fp8_block_gemm": "gemm", "fp8_group_quant": "gemm",
+    "gemm": "gemm", "fp8_block_gemm": "gemm", "fp8_group_quant": "gemm", "mxfp4_gemm": "gemm",
     "flash_attention": "attention", "paged_decode_attention": "attention",
     "mla_decode": "attention", "fused_moe": "moe", "conformer_conv": "asr",
 }  # fmt: skip
@@ -120,8 +122,10 @@ def test_builtin_kernels_keep_their_families():
     assert {name: SUITE.kernel(name).family for name in FAMILY_OF} == FAMILY_OF
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-@pytest.mark.parametrize("name", SUITE.names)
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [(s.name, d) for s in SUITE.kernels for d in ("fp32", "fp16", *FP4_DTYPES) if d in s.dtypes],
+)
 def test_smoke_passes(name, dtype, device):
     spec = SUITE.kernel(name)
     why = CPU_UNSUPPORTED.get(name) if device.info.kind == "cpu" else None

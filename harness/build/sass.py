@@ -40,6 +40,19 @@ TENSOR_CORE_RANK: dict[str, int] = {
 FP8_TENSOR_CORES = frozenset({"QGMMA", "UTCQMMA"})
 FP4_TENSOR_CORES = frozenset({"UTCOMMA"})
 
+#: The dtypes whose operands are block-scaled FP4 (``harness/spec.py``'s ``DTYPES`` has them).
+FP4_DTYPES = frozenset({"mxfp4"})
+
+
+def emulation(dtype: str, tensor_core: str | None) -> str | None:
+    """What a build of an FP4 case that runs no FP4 MMA is, in a few words (None: anything
+    else): on sm_90a always, since Hopper has no FP4 tensor cores and ``tl.dot_scaled`` runs
+    wgmma on operands upcast to bf16; on sm_100a a fall-back, which ``static_diff`` flags."""
+    if dtype not in FP4_DTYPES or tensor_core in FP4_TENSOR_CORES:
+        return None
+    return f"emulated: no FP4 tensor-core MMA ({tensor_core or 'none'} on upcast operands)"
+
+
 _PTXAS_ENTRY = re.compile(
     r"^ptxas\S* info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?"
 )

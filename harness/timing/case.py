@@ -12,6 +12,7 @@ exception.
 
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -67,8 +68,11 @@ class Prepared:
     config: LaunchConfig
     config_source: str
     kernel: Callable[[], object]
-    baseline: Callable[[], object]
+    #: None where the stock library cannot run the case on this device (``baseline_missing``
+    #: says why, in one line): the kernel is timed alone.
+    baseline: Callable[[], object] | None
     outputs: Mapping[str, torch.Tensor]
+    baseline_missing: str = ""
 
 
 def prepare(
@@ -99,15 +103,21 @@ def prepare(
     else:
         requested, source = None, "autotune" if spec.configs else "heuristic"
     outputs, config = launcher.launch(spec, bound, params, requested)
-    spec.baseline.fn(inputs, params)
+    try:
+        spec.baseline.fn(inputs, params)
+    except KernelUnsupported as exc:  # the library's, not the kernel's: time the kernel alone
+        baseline, missing = None, f"no baseline here: {exc}"
+    else:
+        baseline, missing = functools.partial(spec.baseline.fn, inputs, params), ""
     device.synchronize()  # inputs were made on the default stream; timers use their own
     return Prepared(
         inputs,
         config,
         source,
         launcher.repeat(spec, bound, params, config),
-        lambda: spec.baseline.fn(inputs, params),
+        baseline,
         outputs,
+        missing,
     )
 
 
@@ -202,8 +212,10 @@ class BenchSession:
             config = prepared.config
             done = work(spec, case)
             launches = [prepared.kernel]
-            if self.options.baseline:
+            if self.options.baseline and prepared.baseline is not None:
                 launches.append(prepared.baseline)
+            elif prepared.baseline is None:
+                base.update(baseline=None, detail=prepared.baseline_missing)
             collected, states = self.time(launches)
         except KernelUnsupported as exc:
             return Measurement(status="unsupported", reason=str(exc), config=config, **base)

@@ -22,7 +22,8 @@ from kernelwatch.harness.records import SpeedOfLight
 DATASHEET, MEASURED = "datasheet", "measured"
 
 #: Bytes per element of each record dtype (the ``elem`` argument of a spec's ``min_bytes``).
-ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+#: MXFP4 packs two values a byte: its spec counts its own bytes, whatever ``elem`` says.
+ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "mxfp4": 1}
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,13 @@ class Ceilings:
 SIXTEEN_BIT = ("bf16", "fp16")
 
 
-def _peaks(model: str, gbps: float, bf16: float, fp8: float, tf32: float) -> Peaks:
-    return Peaks(model, gbps, {**dict.fromkeys(SIXTEEN_BIT, bf16), "fp8": fp8, "fp32": tf32})
+def _peaks(
+    model: str, gbps: float, bf16: float, fp8: float, tf32: float, fp4: float | None = None
+) -> Peaks:
+    tflops = {**dict.fromkeys(SIXTEEN_BIT, bf16), "fp8": fp8, "fp32": tf32}
+    if fp4 is not None:  # Blackwell's block-scaled FP4 MMA; Hopper has none
+        tflops["mxfp4"] = fp4
+    return Peaks(model, gbps, tflops)
 
 
 # Dense (no 2:4 sparsity) datasheet figures. Order matters: PCIe and NVL variants share
@@ -71,7 +77,7 @@ _TABLE: tuple[tuple[re.Pattern[str], Peaks], ...] = (
         _peaks("H100 SXM", 3350.0, 989.0, 1979.0, 495.0),
     ),
     (re.compile(r"\bH200\b(?!.*\bNVL\b)"), _peaks("H200 SXM", 4800.0, 989.0, 1979.0, 495.0)),
-    (re.compile(r"\bB200\b"), _peaks("B200", 8000.0, 2250.0, 4500.0, 1100.0)),
+    (re.compile(r"\bB200\b"), _peaks("B200", 8000.0, 2250.0, 4500.0, 1100.0, 9000.0)),
 )
 
 
