@@ -9,7 +9,10 @@ from kernelwatch.harness.spec import Suite
 from kernelwatch.kernels.activation import SILU_AND_MUL
 from kernelwatch.kernels.attention import FLASH_ATTENTION, SLIDING_WINDOW_ATTENTION
 from kernelwatch.kernels.conformer_conv import CONFORMER_CONV
-from kernelwatch.kernels.decode_attention import PAGED_DECODE_ATTENTION
+from kernelwatch.kernels.decode_attention import (
+    PAGED_DECODE_ATTENTION,
+    SLIDING_WINDOW_DECODE_ATTENTION,
+)
 from kernelwatch.kernels.fp4 import MXFP4_GEMM
 from kernelwatch.kernels.fp8 import FP8_BLOCK_GEMM, FP8_GROUP_QUANT
 from kernelwatch.kernels.gemm import GEMM
@@ -36,6 +39,7 @@ SUITE = Suite(
         FP8_BLOCK_GEMM,
         MXFP4_GEMM,
         PAGED_DECODE_ATTENTION,
+        SLIDING_WINDOW_DECODE_ATTENTION,
         MLA_DECODE,
         FUSED_MOE,
         CONFORMER_CONV,

@@ -17,6 +17,7 @@ Scores are kept in base 2 (``log2(e)`` folded into the scale), as in attention.p
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 import triton
@@ -32,7 +33,7 @@ from kernelwatch.harness.spec import (
 )
 from kernelwatch.kernels.attention import LOG2_E
 from kernelwatch.kernels.inputs import empty_like_dense, next_pow2, randn
-from kernelwatch.kernels.models import DECODE_TOKENS, DENSE
+from kernelwatch.kernels.models import DECODE_TOKENS, DENSE, MISTRAL_7B
 
 #: Programs a launch aims for: two waves on a 132-SM H100/H200 (B200 has 148).
 TARGET_PROGRAMS = 264
@@ -102,6 +103,7 @@ def paged_decode_split_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    WINDOW: tl.constexpr,
 ):
     batch = tl.program_id(0) // heads_kv
     head_kv = tl.program_id(0) % heads_kv
@@ -109,6 +111,10 @@ def paged_decode_split_kernel(
     seq_len = tl.load(seq_lens_ptr + batch)
     start = split * split_keys
     end = tl.minimum(start + split_keys, seq_len)
+    if WINDOW > 0:
+        # Keys before the first query's window are seen by no query: a split wholly before
+        # it writes an empty partial without reading a page.
+        start = tl.maximum(start, seq_len - seq_q + 1 - WINDOW)
 
     # Row r is query r // group of query head head_kv * group + r % group.
     rows = tl.arange(0, BLOCK_R)
@@ -137,6 +143,8 @@ def paged_decode_split_kernel(
         k = tl.load(k_cache_ptr + offs, mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision="tf32") * qk_scale
         visible = k_mask[None, :] & (keys[None, :] <= frontier[:, None])
+        if WINDOW > 0:  # query i sees its last WINDOW keys, itself included
+            visible = visible & (keys[None, :] > frontier[:, None] - WINDOW)
         s = tl.where(visible, s, float("-inf"))
         v = tl.load(v_cache_ptr + offs, mask=kv_mask, other=0.0)
         acc, l_i, m_i = online_softmax_step(acc, l_i, m_i, s, v)
@@ -256,9 +264,11 @@ def paged_decode_attention(
     seq_lens: torch.Tensor,
     out: torch.Tensor,
     config: LaunchConfig | None,
+    window: int = 0,
 ) -> LaunchConfig:
     """Attention of ``q`` (batch, seq_q, heads_q, dim) over each sequence's pages of the
-    caches (pages, page_size, heads_kv, dim), into ``out`` (like ``q``)."""
+    caches (pages, page_size, heads_kv, dim), into ``out`` (like ``q``); with ``window``,
+    each query over its last ``window`` keys only (0: all)."""
     batch, seq_q, heads_q, dim = q.shape
     page_size, heads_kv = k_cache.shape[1], k_cache.shape[2]
     if heads_q % heads_kv or k_cache.shape != v_cache.shape or out.shape != q.shape:
@@ -296,6 +306,7 @@ def paged_decode_attention(
         BLOCK_D=block_d,
         BLOCK_R=max(16, next_pow2(group * seq_q)),
         BLOCK_N=block_n,
+        WINDOW=window,
         num_warps=chosen.num_warps,
         num_stages=chosen.num_stages,
     )
@@ -349,14 +360,19 @@ def gather_pages(cache: torch.Tensor, table: torch.Tensor, b: int, n: int) -> to
     return rows.reshape(-1, *cache.shape[2:])[:n]
 
 
-def causal_attention_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
+def causal_attention_rows(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int = 0
+):
     """Exact attention of ``q`` (seq_q, heads, d) over ``k`` (n, heads, d) and ``v`` (n,
-    heads, dv), query i seeing keys up to n - seq_q + i."""
+    heads, dv), query i seeing keys up to n - seq_q + i (with ``window``, its last
+    ``window`` of them)."""
     seq_q, n = q.shape[0], k.shape[0]
     s = torch.einsum("qhd,khd->hqk", q, k) * scale
-    visible = torch.arange(n, device=q.device)[None, :] <= (
-        n - seq_q + torch.arange(seq_q, device=q.device)[:, None]
-    )
+    keys = torch.arange(n, device=q.device)[None, :]
+    frontier = n - seq_q + torch.arange(seq_q, device=q.device)[:, None]
+    visible = keys <= frontier
+    if window:
+        visible &= keys > frontier - window
     s = s.masked_fill(~visible, float("-inf"))
     return torch.einsum("hqk,khd->qhd", torch.softmax(s, dim=-1), v)
 
@@ -387,7 +403,7 @@ def _reference(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
     for b, n in enumerate(seq_lens_of(p)):
         k = gather_pages(t["k_cache"], table, b, n).repeat_interleave(group, dim=1)
         v = gather_pages(t["v_cache"], table, b, n).repeat_interleave(group, dim=1)
-        out[b] = causal_attention_rows(q[b], k, v, 1 / math.sqrt(q.shape[-1]))
+        out[b] = causal_attention_rows(q[b], k, v, 1 / math.sqrt(q.shape[-1]), _window(p))
     return {"out": out}
 
 
@@ -405,16 +421,30 @@ def _sdpa_baseline(t: Tensors, p: Params) -> dict[str, torch.Tensor]:
     keys = torch.arange(k.shape[2], device=q.device)
     frontier = lens[:, None] - seq_q + torch.arange(seq_q, device=q.device)[None, :]
     mask = keys[None, None, :] <= frontier[:, :, None]
+    if _window(p):
+        mask &= keys[None, None, :] > frontier[:, :, None] - _window(p)
     out = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), k, v, attn_mask=mask[:, None], enable_gqa=heads_q != k.shape[1]
     )
     return {"out": out.transpose(1, 2)}
 
 
+def _window(p: Params) -> int:
+    return int(p.get("window", 0))
+
+
 def visible_pairs(p: Params) -> int:
     """(query, key) pairs the case's queries attend over, summed over its sequences."""
-    seq_q = int(p["seq_q"])
+    seq_q, window = int(p["seq_q"]), _window(p)
+    if window:  # query i sees min(n - seq_q + i + 1, window) keys
+        return sum(min(n - seq_q + i + 1, window) for n in seq_lens_of(p) for i in range(seq_q))
     return sum(seq_q * (n - seq_q) + seq_q * (seq_q + 1) // 2 for n in seq_lens_of(p))
+
+
+def _read_keys(p: Params, n: int) -> int:
+    """Keys of a sequence of ``n`` some query sees: all, or the first query's window on."""
+    window = _window(p)
+    return min(n, int(p["seq_q"]) - 1 + window) if window else n
 
 
 def block_table_bytes(p: Params) -> int:
@@ -424,7 +454,8 @@ def block_table_bytes(p: Params) -> int:
 
 def _min_bytes(p: Params, elem: int) -> int:
     q_elems = int(p["batch"]) * int(p["seq_q"]) * int(p["heads_q"]) * int(p["head_dim"])
-    kv_elems = sum(seq_lens_of(p)) * int(p["heads_kv"]) * int(p["head_dim"])
+    kv_elems = sum(_read_keys(p, n) for n in seq_lens_of(p)) * int(p["heads_kv"])
+    kv_elems *= int(p["head_dim"])
     # q and out, k and v, and the block table
     return elem * (2 * q_elems + 2 * kv_elems) + block_table_bytes(p)
 
@@ -482,4 +513,58 @@ PAGED_DECODE_ATTENTION = KernelSpec(
     tolerance={**DEFAULT_TOLERANCE, "fp32": 5e-3},
     configs=DECODE_CONFIGS,
     pinned_config=DECODE_PINNED,
+)
+
+# Mistral 7B's local layers (every layer, a 4,096-key window) at decode, paged at vLLM's 16:
+# one long sequence, and batches of 32 and 64 sequences, one query and a 4-query draft.
+_SLIDING_DECODE_CASES = tuple(
+    {
+        "batch": batch,
+        "seq_q": seq_q,
+        "heads_q": MISTRAL_7B["num_attention_heads"],
+        "heads_kv": MISTRAL_7B["num_key_value_heads"],
+        "head_dim": MISTRAL_7B["head_dim"],
+        "page_size": 16,
+        "seq_k": seq_k,
+        "window": MISTRAL_7B["sliding_window"],
+        "model": MISTRAL_7B.name,
+    }
+    for seq_q in (1, 4)
+    for batch, seq_k in ((1, 32768), (DECODE_TOKENS[2], 8192), (DECODE_TOKENS[3], 16384))
+)
+# Interpreter shapes at the pinned 16-key blocks and 32-key splits: a window no page or block
+# divides, so splits wholly before it are skipped and one is cut; a window narrower than the
+# 4-query draft; and a window wider than the sequence (plain causal decode).
+_SLIDING_DECODE_SMOKE = (
+    {"batch": 3, "seq_q": 1, "heads_q": 4, "heads_kv": 2, "head_dim": 16, "page_size": 16,
+     "seq_k": 47, "window": 20},
+    {"batch": 2, "seq_q": 4, "heads_q": 2, "heads_kv": 1, "head_dim": 24, "page_size": 64,
+     "seq_k": 70, "window": 3},
+    {"batch": 1, "seq_q": 1, "heads_q": 1, "heads_kv": 1, "head_dim": 32, "page_size": 16,
+     "seq_k": 5, "window": 64},
+)  # fmt: skip
+
+# The paged decode kernel with the window: the same inputs, outputs, tolerance and tiles.
+SLIDING_WINDOW_DECODE_ATTENTION = replace(
+    PAGED_DECODE_ATTENTION,
+    name="sliding_window_decode_attention",
+    family=None,  # from its own name, as an undeclared family is
+    summary="Decode attention over a paged KV cache whose queries see only their last "
+    "`window` keys (Mistral-style local layers), GQA, split-K.",
+    launch=lambda t, o, p, cfg: paged_decode_attention(
+        t["q"],
+        t["k_cache"],
+        t["v_cache"],
+        t["block_table"],
+        t["seq_lens"],
+        o["out"],
+        cfg,
+        _window(p),
+    ),
+    baseline=Baseline(
+        "torch gather of the pages + scaled_dot_product_attention with a length and "
+        "sliding-window mask",
+        _sdpa_baseline,
+    ),
+    workloads={"decode": _SLIDING_DECODE_CASES, "smoke": _SLIDING_DECODE_SMOKE},
 )

@@ -115,6 +115,7 @@ FAMILY_OF = {
     "gemm": "gemm", "fp8_block_gemm": "gemm", "fp8_group_quant": "gemm", "mxfp4_gemm": "gemm",
     "flash_attention": "attention", "paged_decode_attention": "attention",
     "mla_decode": "attention", "fused_moe": "moe", "conformer_conv": "asr",
+    "sliding_window_decode_attention": "attention",
 }  # fmt: skip
 
 

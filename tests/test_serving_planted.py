@@ -126,6 +126,20 @@ PLANTED = (
     ),
     (
         Mutation(
+            "decode_attention",
+            "visible = visible & (keys[None, :] > frontier[:, None] - WINDOW)",
+            "visible = visible & (keys[None, :] >= frontier[:, None] - WINDOW)",
+            "the paged decode's sliding window lets in one key too many",
+        ),
+        # The 4-query draft: with one query the split's first key is already its window's,
+        # so only a later query's mask can let one key too many in.
+        "SLIDING_WINDOW_DECODE_ATTENTION",
+        1,
+        "fp32",
+        "'out' relative error",
+    ),
+    (
+        Mutation(
             "attention",
             'm_use = tl.where(m_new == float("-inf"), 0.0, m_new)',
             "m_use = m_new",
