@@ -11,7 +11,9 @@ the ``meta`` device (shapes and strides, no memory, so LLM-sized cases cost noth
   own binder and keeps the signature, constexprs and ``tt.divisibility`` attributes it infers;
 - ``Autotuner.run`` launches every config of its tuning space, so an autotuned kernel is
   built at each config even when its spec declares none;
-- ``CudaKernel.launch`` keeps the CUDA C++ entry point and block size.
+- ``CudaKernel.launch`` keeps the CUDA C++ entry point and block size;
+- ``CuteKernel.launch`` keeps the CuTe DSL function and its arguments' dtypes, shapes and
+  strides, from which the build makes the fake tensors it compiles it with.
 
 Each launch also keeps its ``work``: the grid it would run and every argument (a tensor's
 shape, strides and dtype; a scalar's value). With the compiled code, that is what a case
@@ -33,6 +35,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelwatch.harness.cuda_kernel import CudaKernel
+from kernelwatch.harness.cute_kernel import CuteKernel
 from kernelwatch.harness.records import LaunchConfig
 
 #: Launch keyword arguments that are compile options, not kernel parameters.
@@ -91,7 +94,26 @@ class CudaLaunch:
         return repr((self.kernel.source.name, self.entry, self.block, self.shared_bytes))
 
 
-Launch = TritonLaunch | CudaLaunch
+@dataclass(frozen=True)
+class CuteLaunch:
+    """One :meth:`CuteKernel.launch` call: the function and each argument as the build
+    compiles it (a tensor's dtype, shape and strides; a scalar's value)."""
+
+    kernel: CuteKernel
+    arguments: tuple[Any, ...]
+    config: LaunchConfig | None = None
+    work: str | None = None
+
+    @property
+    def function(self) -> str:
+        return self.kernel.function
+
+    def identity(self) -> str:
+        # The function's name, not its file's path (see CudaLaunch); the key adds the file.
+        return repr((self.kernel.function, self.arguments))
+
+
+Launch = TritonLaunch | CudaLaunch | CuteLaunch
 
 
 @dataclass
@@ -168,10 +190,15 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
             CudaLaunch(self, entry, tuple(block), shared_bytes, work=work(grid, arguments))
         )
 
+    def cute_launch(self: CuteKernel, *args: Any) -> None:
+        arguments = tuple(cute_argument(a) for a in args)
+        recorder.add(CuteLaunch(self, arguments, work=work((1, 1, 1), dict(enumerate(args)))))
+
     patches: tuple[tuple[Any, str, Any], ...] = (
         (JITFunction, "run", jit_run),
         (Autotuner, "run", autotuner_run),
         (CudaKernel, "launch", cuda_launch),
+        (CuteKernel, "launch", cute_launch),
     )
     if capability is not None:
         target = divmod(capability, 10)
@@ -184,6 +211,14 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
     finally:
         for cls, name, original in saved:
             setattr(cls, name, original)
+
+
+def cute_argument(value: Any) -> Any:
+    """A CuTe DSL launch's argument as the build remakes it: ``("tensor", dtype, shape,
+    strides)`` for a tensor, the value of a scalar."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), tuple(value.shape), value.stride())
+    return describe(value)
 
 
 def work(grid: Any, arguments: dict[Any, Any]) -> str | None:

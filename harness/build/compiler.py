@@ -1,8 +1,9 @@
 """Compile one recorded launch for one target and measure the result, through the cache.
 
 Triton launches go through ``triton.compile`` with the recorded specialisation (no GPU
-needed: ``GPUTarget`` names the target); CUDA C++ launches through ``nvcc``. Both cubins are
-read the same way (``nvtools.analyse_cubin``). Runs in the build child only.
+needed: ``GPUTarget`` names the target); CUDA C++ launches through ``nvcc``; CuTe DSL launches
+through ``cute.compile`` on fake tensors (``cute_build.py``). Every cubin is read the same
+way (``nvtools.analyse_cubin``). Runs in the build child only.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelwatch.harness.build import nvcc, nvtools
+from kernelwatch.harness.build import cute_build, nvcc, nvtools
 from kernelwatch.harness.build.archs import ARCHS
 from kernelwatch.harness.build.cache import Cache
-from kernelwatch.harness.build.capture import CudaLaunch, TritonLaunch
+from kernelwatch.harness.build.capture import CudaLaunch, CuteLaunch, TritonLaunch
 from kernelwatch.harness.build.keys import launch_key
 from kernelwatch.harness.build.plan import Job
 from kernelwatch.harness.cuda_kernel import source_hash
@@ -33,7 +34,7 @@ class _Artifact:
     ptxas_log: str
     function: str
     shared_dynamic_bytes: int
-    num_warps: int
+    num_warps: int | None
     num_stages: int | None
     seconds: float
 
@@ -117,7 +118,28 @@ _MEASURED = (
 def _compile(job: Job) -> _Artifact:
     if isinstance(job.launch, TritonLaunch):
         return _compile_triton(job.launch, job.arch)
+    if isinstance(job.launch, CuteLaunch):
+        return _compile_cute(job.launch, job.arch)
     return _compile_cuda(job.launch, job.arch)
+
+
+def _compile_cute(launch: CuteLaunch, arch: str) -> _Artifact:
+    built = cute_build.compile_cute(launch, arch)
+    functions = nvtools.analyse_cubin(built.cubin, "")
+    if len(functions) != 1:
+        raise nvtools.ToolError(
+            f"a CuTe DSL launch of {launch.function} compiled to {len(functions)} kernels "
+            f"({sorted(functions)}); kernelwatch builds one kernel a launch"
+        )
+    return _Artifact(
+        cubin=built.cubin,
+        ptxas_log=built.ptxas_log,
+        function=next(iter(functions)),  # the DSL names it after the @cute.kernel
+        shared_dynamic_bytes=0,  # set at launch time by the host function, not known here
+        num_warps=-(-built.threads // 32) if built.threads else None,
+        num_stages=None,
+        seconds=built.seconds,
+    )
 
 
 def _compile_triton(launch: TritonLaunch, arch: str) -> _Artifact:

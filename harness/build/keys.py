@@ -10,10 +10,10 @@ import io
 import tokenize
 from typing import Any
 
-from kernelwatch.harness.build import nvcc, nvtools
+from kernelwatch.harness.build import cute_build, nvcc, nvtools
 from kernelwatch.harness.build.archs import ARCHS
 from kernelwatch.harness.build.cache import cache_key
-from kernelwatch.harness.build.capture import CudaLaunch, Launch, TritonLaunch
+from kernelwatch.harness.build.capture import CudaLaunch, CuteLaunch, Launch, TritonLaunch
 from kernelwatch.harness.cuda_kernel import source_hash
 
 
@@ -21,15 +21,26 @@ def launch_key(launch: Launch, arch: str) -> tuple[str, str, dict[str, str]]:
     """The cache key of compiling ``launch`` for ``arch``, with its source hash and
     toolchain versions: what decides the compiled code, known without compiling."""
     source, toolchain = _source_and_toolchain(launch, arch)
-    language = "cuda" if isinstance(launch, CudaLaunch) else "triton"
+    language = language_of(launch)
     parts = {"language": language, "source": source, "launch": launch.identity(),
              "arch": arch, "toolchain": toolchain}  # fmt: skip
     return cache_key(parts), source, toolchain
 
 
+def language_of(launch: Launch) -> str:
+    """``triton``, ``cuda`` (CUDA C++) or ``cute`` (CuTe DSL): what a build record says."""
+    if isinstance(launch, CudaLaunch):
+        return "cuda"
+    return "cute" if isinstance(launch, CuteLaunch) else "triton"
+
+
 def _source_and_toolchain(launch: Launch, arch: str) -> tuple[str, dict[str, str]]:
     if isinstance(launch, TritonLaunch):
         return _line_free_hash(launch.fn), nvtools.triton_toolchain(ARCHS[arch].capability)
+    if isinstance(launch, CuteLaunch):
+        toolchain = {"cutlass-dsl": cute_build.dsl_version()}
+        toolchain["cuobjdump"] = nvtools.tool_version(nvtools.tool("cuobjdump"))
+        return source_hash(launch.kernel.source), toolchain
     flags = " ".join(nvcc.NVCC_FLAGS)
     toolchain = {"nvcc": nvcc.nvcc_version(), "nvcc_flags": flags}
     toolchain["cuobjdump"] = nvtools.tool_version(nvtools.tool("cuobjdump"))

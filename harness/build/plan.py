@@ -23,7 +23,7 @@ import torch
 from kernelwatch.harness import launcher
 from kernelwatch.harness.build.archs import ARCHS
 from kernelwatch.harness.build.capture import HostOps, Launch, describe, recording
-from kernelwatch.harness.build.keys import launch_key
+from kernelwatch.harness.build.keys import language_of, launch_key
 from kernelwatch.harness.records import BuildMetrics, CaseId, CaseRecipe, LaunchConfig, LaunchStep
 from kernelwatch.harness.spec import DTYPES, KernelSpec, KernelUnsupported, Suite
 
@@ -47,7 +47,7 @@ class Job:
             suite=suite,
             kernel=self.kernel,
             function=self.launch.function,
-            language="cuda" if hasattr(self.launch, "entry") else "triton",
+            language=language_of(self.launch),
             arch=self.arch,
             config=self.config,
             status="error",

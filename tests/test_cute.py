@@ -1,0 +1,90 @@
+"""CuTe DSL kernels in a suite (issue 50, item 1): a repository whose kernel is a
+``@cute.jit`` function (tests/cute_suite/suite.py) is built offline for sm_90a and sm_100a
+like a Triton one (registers, spills, SASS), a planted register-spill change in it is a
+static regression, and on the CPU its cases are unsupported in one line while the rest of
+the suite runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from gitrepo import git, repository_of
+
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl (kernelwatch[cute]) is not installed")
+
+from kernelwatch.harness.cute_kernel import CPU_REASON
+
+SUITE = Path(__file__).parent / "cute_suite" / "suite.py"
+#: The planted change: 256 values held live across a loop, past the register file.
+SPILLING = """        held = cute.make_rmem_tensor(256, cutlass.Float32)
+        for j in cutlass.range_constexpr(256):
+            held[j] = g_up[(i + j * 4099) % n]
+        total = 0.0
+        for j in cutlass.range_constexpr(256):
+            total = total + held[j] * held[255 - j]
+        gate = g_gate[i]
+        g_out[i] = gate / (1.0 + cute.math.exp(-gate)) * total"""
+PLAIN = """        gate = g_gate[i]
+        g_out[i] = gate / (1.0 + cute.math.exp(-gate)) * g_up[i]"""
+
+
+@pytest.fixture
+def repository(tmp_path):
+    """A kernel repository: the CuTe suite, then a commit that makes its kernel spill."""
+    repo = tmp_path / "repo"
+    base = repository_of(repo, {"suite.py": SUITE}, "a CuTe DSL kernel")
+    source = (repo / "suite.py").read_text()
+    assert PLAIN in source
+    (repo / "suite.py").write_text(source.replace(PLAIN, SPILLING))
+    git(repo, "commit", "-qam", "hold 256 values live")
+    return repo, base, git(repo, "rev-parse", "HEAD")
+
+
+@pytest.mark.slow  # the build stage end to end, a DSL process a target
+def test_a_cute_kernel_is_built_for_both_targets_and_a_planted_spill_is_flagged(
+    repository, kernelwatch_cli
+):
+    repo, base, head = repository
+    git(repo, "checkout", "-q", base)  # the working tree before the planted change
+    built = kernelwatch_cli(
+        "build", "--repo", str(repo), "--suite", "suite.py", "--arch", "sm_90a,sm_100a",
+        "--json", "--no-cache", cwd=repo,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    records = {r["arch"]: r for r in map(json.loads, built.stdout.splitlines())}
+    assert set(records) == {"sm_90a", "sm_100a"}
+    for r in records.values():
+        assert (r["status"], r["language"], r["function"]) == ("ok", "cute", "silu_mul"), r
+        assert 0 < r["registers"] < 64 and r["spill_store_bytes"] == 0, r
+        assert r["tensor_core"] == "none" and r["instructions"] > 0, r
+        assert any(op.startswith("MUFU") for op in r["opcodes"]), r  # the exp of SiLU
+        assert r["toolchain"]["cutlass-dsl"] == "4.8.1", r
+    diff = kernelwatch_cli(
+        "build-diff", base, head, "--repo", str(repo), "--suite", "suite.py",
+        "--arch", "sm_90a", cwd=repo,
+    )  # fmt: skip
+    assert diff.returncode == 1, diff.stdout + diff.stderr
+    assert "spills" in diff.stdout and "starts spilling" in diff.stdout, diff.stdout
+
+
+def test_on_the_cpu_a_cute_kernel_is_unsupported_in_one_line_and_the_rest_runs(
+    tmp_path, kernelwatch_cli
+):
+    suite = tmp_path / "suite.py"
+    suite.write_text(
+        SUITE.read_text()
+        + "\nfrom kernelwatch.kernels.rmsnorm import RMS_NORM\n"
+        + 'SUITE = Suite("cute_demo", (SILU_MUL_CUTE, RMS_NORM))\n'
+    )
+    checked = kernelwatch_cli(
+        "check", "--suite", str(suite), "--workload", "smoke", "--dtype", "fp32", "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    verdicts = [json.loads(line) for line in checked.stdout.splitlines()]
+    cute = [v for v in verdicts if v["case"]["kernel"] == "silu_mul_cute"]
+    assert [(v["verdict"], v["reason"]) for v in cute] == [("unsupported", CPU_REASON)]
+    rest = [v["verdict"] for v in verdicts if v["case"]["kernel"] == "rms_norm"]
+    assert rest and set(rest) == {"pass"}
