@@ -42,31 +42,28 @@ def repository(tmp_path):
     return repo, base, git(repo, "rev-parse", "HEAD")
 
 
-@pytest.mark.slow  # the build stage end to end, a DSL process a target
+@pytest.mark.slow  # the build stage end to end, a DSL process a target and revision
 def test_a_cute_kernel_is_built_for_both_targets_and_a_planted_spill_is_flagged(
     repository, kernelwatch_cli
 ):
     repo, base, head = repository
-    git(repo, "checkout", "-q", base)  # the working tree before the planted change
-    built = kernelwatch_cli(
-        "build", "--repo", str(repo), "--suite", "suite.py", "--arch", "sm_90a,sm_100a",
-        "--json", "--no-cache", cwd=repo,
+    diff = kernelwatch_cli(
+        "build-diff", base, head, "--repo", str(repo), "--suite", "suite.py",
+        "--arch", "sm_90a,sm_100a", "--json", "--metrics", "--no-cache", cwd=repo,
     )  # fmt: skip
-    assert built.returncode == 0, built.stderr
-    records = {r["arch"]: r for r in map(json.loads, built.stdout.splitlines())}
-    assert set(records) == {"sm_90a", "sm_100a"}
-    for r in records.values():
+    assert diff.returncode == 1, diff.stdout + diff.stderr
+    lines = [json.loads(line) for line in diff.stdout.splitlines()]
+    before = {p["before"]["arch"]: p["before"] for p in lines if p["kind"] == "build_pair"}
+    assert set(before) == {"sm_90a", "sm_100a"}
+    for r in before.values():
         assert (r["status"], r["language"], r["function"]) == ("ok", "cute", "silu_mul"), r
         assert 0 < r["registers"] < 64 and r["spill_store_bytes"] == 0, r
         assert r["tensor_core"] == "none" and r["instructions"] > 0, r
         assert any(op.startswith("MUFU") for op in r["opcodes"]), r  # the exp of SiLU
         assert r["toolchain"]["cutlass-dsl"] == "4.8.1", r
-    diff = kernelwatch_cli(
-        "build-diff", base, head, "--repo", str(repo), "--suite", "suite.py",
-        "--arch", "sm_90a", cwd=repo,
-    )  # fmt: skip
-    assert diff.returncode == 1, diff.stdout + diff.stderr
-    assert "spills" in diff.stdout and "starts spilling" in diff.stdout, diff.stdout
+    spills = {f["arch"]: f["message"] for f in lines if f.get("rule") == "spills"}
+    assert set(spills) == {"sm_90a", "sm_100a"}, lines
+    assert all(m.startswith("starts spilling (registers") for m in spills.values()), spills
 
 
 def test_on_the_cpu_a_cute_kernel_is_unsupported_in_one_line_and_the_rest_runs(
