@@ -210,9 +210,16 @@ def stage_rows(plan: SelfcheckPlan, records: list[dict[str, Any]],
     rows.append({"stage": "measurements", "cases": len(agreement) + 3 + len(decode),
                  "processes": 1, **work, "startup_s": child_s, "sampling_s": sample_s})  # fmt: skip
 
-    # correctness: every smoke case in the dtype, at the kernels' pinned configs.
+    # correctness: every smoke case in the dtype, at the kernels' pinned configs, and those
+    # of the kernels in the plan's other dtypes (FP4).
     checks = cases_of(specs, plan.check_workload, 0)
     work = compiles.take(plan.check_workload, checks, autotune=False)
+    for other in plan.check_dtypes:
+        own = [s for s in suite.kernels if isinstance(s, KernelSpec) and other in s.dtypes]
+        extra = cases_of(own, plan.check_workload, 0)
+        more = Compiles(suite, other, records).take(plan.check_workload, extra, autotune=False)
+        work = {k: work[k] + more[k] for k in work}
+        checks += extra
     check_s = len(checks) * ASSUMED["check_case_s"]
     rows.append({"stage": "correctness", "cases": len(checks), "processes": 1, **work,
                  "startup_s": child_s, "sampling_s": check_s})  # fmt: skip
@@ -258,6 +265,10 @@ def main() -> None:
     began = time.perf_counter()
     workloads = (plan.options.workload, plan.check_workload, TRACE_WORKLOAD)
     builds = {w: build_records(w, plan.options.dtype, args.keep) for w in workloads}
+    for dtype in plan.check_dtypes:
+        builds[f"{plan.check_workload} {dtype}"] = build_records(
+            plan.check_workload, dtype, args.keep
+        )
     rows = stage_rows(plan, [r for records in builds.values() for r in records], startup_s())
     import triton
 

@@ -184,6 +184,16 @@ def test_each_stage_may_run_until_its_share_of_the_deadline_counted_from_the_sta
     }  # fmt: skip
 
 
+def test_the_correctness_stage_checks_bf16_and_the_fp4_gemm_in_mxfp4(tmp_path):
+    """Issue 50: the FP4 GEMM has no bf16 form, so a bf16-only correctness stage left it out
+    of the self-check; it is checked in its own dtype (the emulated path where the GPU has no
+    FP4 tensor cores)."""
+    backend = ScriptedBackend()
+    _run(backend, tmp_path, deadline_s=2 * SHARES)
+    (pinned,) = [r for r in backend.checked if not r.autotune]
+    assert pinned.dtypes == ("bf16", "mxfp4") and pinned.workload == "smoke"
+
+
 def test_without_ncu_its_share_goes_to_the_other_stages_and_the_report_says_it_was_skipped(
     tmp_path,
 ):

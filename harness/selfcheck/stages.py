@@ -11,7 +11,8 @@ cache and compile each kernel once):
    traced with ``torch.profiler`` (read here by ``Judging.trace``, the serving-trace
    reader), clocks and throttling over every sample taken.
 2. ``correctness``: every kernel's smoke cases in bf16 (the CPU cannot vouch for bf16),
-   CUDA C++ kernels included.
+   CUDA C++ kernels included, and the FP4 GEMM's in mxfp4 (it has no bf16 form; on a GPU
+   without FP4 tensor cores it checks the emulated path the build reports).
 3. ``aa``: a few cases of every kernel at the workload's shapes, timed by
    ``aa_processes`` independent children one after another, each with inputs drawn from
    its own seed (the first autotunes; the others launch the configs it chose). Processes
@@ -52,6 +53,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from kernelwatch.harness.build.sass import FP4_DTYPES
 from kernelwatch.harness.isolation.sandbox import Sandbox, held_sandbox
 from kernelwatch.harness.isolation.supervise import (
     BenchRequest,
@@ -103,6 +105,9 @@ class SelfcheckPlan:
         )
     )
     check_workload: str = "smoke"
+    #: What the correctness stage checks beside ``options.dtype``: the formats that have no
+    #: bf16 form (``harness/build/sass.py``'s FP4 dtypes).
+    check_dtypes: tuple[str, ...] = tuple(sorted(FP4_DTYPES))
     cuda_kernels: tuple[str, ...] = ("silu_and_mul_cuda",)
     aa_options: BenchOptions = field(
         default_factory=lambda: BenchOptions(
@@ -470,9 +475,8 @@ def _correctness(run: _Run, stop_at: float) -> None:
     plan, options = run.plan, run.plan.options
     # The pinned configs, not autotuning at smoke shapes: bf16 numerics are the question,
     # and sixteen GEMM configs a specialisation would not fit the stage (docs/TIMING.md).
-    request = CheckRequest(
-        workload=plan.check_workload, autotune=False, **_selection(plan, stop_at)
-    )
+    selection = {**_selection(plan, stop_at), "dtypes": (options.dtype, *plan.check_dtypes)}
+    request = CheckRequest(workload=plan.check_workload, autotune=False, **selection)
     run.records(
         "correctness",
         lambda planned: run.backend.checks(request, planned),
