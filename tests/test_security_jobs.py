@@ -309,6 +309,24 @@ def test_a_job_that_fills_its_disk_leaves_the_concurrent_job_room(scratch, monke
         assert [p.name for p in space.iterdir()] == [sandbox_module.SCRATCH_LOCK]
 
 
+def test_scratch_filesystems_are_leased_one_a_sandbox_and_emptied_of_what_a_holder_left(
+    scratch, monkeypatch
+):
+    """A lease empties its filesystem on the way in (a holder killed outright left files) and
+    out; with every filesystem held, a sandbox waits, then says what to mount."""
+    (scratch / "0" / "left-by-a-killed-holder").write_bytes(b"x" * 4096)
+    monkeypatch.setattr(sandbox_module, "SCRATCH_WAIT_S", 0.3)
+    with sandbox_module.scratch_space() as first, sandbox_module.scratch_space() as second:
+        assert {first, second} == {scratch / "0", scratch / "1"}
+        assert [p.name for p in first.iterdir()] == [sandbox_module.SCRATCH_LOCK]
+        assert first.stat().st_mode & 0o777 == 0o711
+        (second / "work").mkdir()
+        third = sandbox_module.scratch_space()
+        with pytest.raises(sandbox_module.SandboxError, match="all 2 scratch filesystems"):
+            third.__enter__()
+    assert [p.name for p in second.iterdir()] == [sandbox_module.SCRATCH_LOCK]
+
+
 def test_a_scratch_directory_that_is_not_a_filesystem_of_its_own_is_refused(tmp_path):
     (tmp_path / "0").mkdir()
     with pytest.raises(sandbox_module.SandboxError, match="not one of its own"):
