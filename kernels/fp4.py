@@ -28,7 +28,7 @@ from kernelwatch.harness.spec import (
     Params,
     Tensors,
 )
-from kernelwatch.kernels.inputs import randn
+from kernelwatch.kernels.inputs import blocky
 from kernelwatch.kernels.models import (
     DECODE_TOKENS,
     LLAMA_3_1_70B,
@@ -173,14 +173,13 @@ def _quantized(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random values whose 32-groups span 2^-4..2^4 in magnitude (a scale read from the
     wrong group is then wrong by up to 256x), quantised."""
-    values = randn((rows, k), torch.float32, device, gen)
+    values = blocky((rows, k), (1, MX_GROUP), device, gen)
     if values.device.type == "meta":  # no values: allocate what the quantiser would make
         return (
             torch.empty((rows, k // 2), dtype=torch.uint8, device=device),
             torch.empty((rows, k // MX_GROUP), dtype=torch.uint8, device=device),
         )
-    magnitude = torch.randint(-4, 5, (rows, k // MX_GROUP), generator=gen, device=device)
-    return quantize_mxfp4(values * magnitude.float().exp2().repeat_interleave(MX_GROUP, dim=1))
+    return quantize_mxfp4(values)
 
 
 def _inputs(

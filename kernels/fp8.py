@@ -33,7 +33,7 @@ from kernelwatch.harness.spec import (
     Tensors,
 )
 from kernelwatch.kernels.gemm import output_tile, tile_indices
-from kernelwatch.kernels.inputs import randn
+from kernelwatch.kernels.inputs import blocky, expand_blocks
 from kernelwatch.kernels.models import (
     DECODE_TOKENS,
     DEEPSEEK_V3,
@@ -236,26 +236,6 @@ def _group_amax(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return blocks.amax(dim=(1, 3))
 
 
-def _expand(scales: torch.Tensor, rows: int, cols: int, shape: torch.Size) -> torch.Tensor:
-    """Block scales repeated over the elements they scale."""
-    full = scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)
-    return full[: shape[0], : shape[1]]
-
-
-def _blocky(
-    shape: tuple[int, int], block: tuple[int, int], device: torch.device, gen: torch.Generator
-) -> torch.Tensor:
-    """Random fp32 values whose ``block``-sized blocks have magnitudes spanning 2^-4..2^4, as
-    real activations and weights do: a scale read from the wrong block is then wrong by up to
-    256x, never by a rounding."""
-    values = randn(shape, torch.float32, device, gen)
-    if values.device.type == "meta":
-        return values  # no values to scale; arithmetic there imports Dynamo (inputs.randn)
-    groups = (triton.cdiv(shape[0], block[0]), triton.cdiv(shape[1], block[1]))
-    magnitude = torch.randint(-4, 5, groups, generator=gen, device=device).float().exp2()
-    return values * _expand(magnitude, *block, values.shape)
-
-
 def _scaled(
     shape: tuple[int, int],
     block: tuple[int, int],
@@ -264,12 +244,12 @@ def _scaled(
     gen: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Values stored in ``dtype`` and their fp32 block scales, as a quantiser leaves them."""
-    values = _blocky(shape, block, device, gen)
+    values = blocky(shape, block, device, gen)
     if values.device.type == "meta":
         groups = (triton.cdiv(shape[0], block[0]), triton.cdiv(shape[1], block[1]))
         return values.to(dtype), torch.empty(groups, dtype=torch.float32, device=values.device)
     scales = _group_amax(values, *block).clamp(min=AMAX_EPS) / FP8_MAX
-    return (values / _expand(scales, *block, values.shape)).to(dtype), scales
+    return (values / expand_blocks(scales, *block, values.shape)).to(dtype), scales
 
 
 def _gemm_inputs(
@@ -289,8 +269,8 @@ def _out_dtype(t: Tensors, p: Params) -> torch.dtype:
 
 
 def _dequantized(t: Tensors, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    a = t["a"].to(t["a_scales"].dtype) * _expand(t["a_scales"], 1, block, t["a"].shape)
-    b = t["b"].to(t["b_scales"].dtype) * _expand(t["b_scales"], block, block, t["b"].shape)
+    a = t["a"].to(t["a_scales"].dtype) * expand_blocks(t["a_scales"], 1, block, t["a"].shape)
+    b = t["b"].to(t["b_scales"].dtype) * expand_blocks(t["b_scales"], block, block, t["b"].shape)
     return a, b
 
 
@@ -410,7 +390,7 @@ def _quant_inputs(
 ) -> dict[str, torch.Tensor]:
     m, k, group = int(p["m"]), int(p["k"]), int(p["group"])
     pad = int(p.get("row_pad", 0))
-    x = _blocky((m, k + pad), (1, group), device, gen).to(dtype)
+    x = blocky((m, k + pad), (1, group), device, gen).to(dtype)
     if pad:
         # NaN past column K: a group that reads it gets a NaN scale.
         x[:, k:] = float("nan")
@@ -422,7 +402,7 @@ def _torch_quant(x: torch.Tensor, group: int) -> dict[str, torch.Tensor]:
     """The same quantisation in torch, in ``x``'s precision: the e4m3 value nearest to
     x / scale, and the scales."""
     scales = _group_amax(x, 1, group).clamp(min=AMAX_EPS) / FP8_MAX
-    q = (x / _expand(scales, 1, group, x.shape)).clamp(-FP8_MAX, FP8_MAX)
+    q = (x / expand_blocks(scales, 1, group, x.shape)).clamp(-FP8_MAX, FP8_MAX)
     return {"q": q.to(FP8), "scales": scales}
 
 

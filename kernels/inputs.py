@@ -33,6 +33,26 @@ def randn(
     return buffer[..., : shape[-1]] if row_pad else buffer
 
 
+def expand_blocks(scales: torch.Tensor, rows: int, cols: int, shape: torch.Size) -> torch.Tensor:
+    """Block scales repeated over the elements they scale (the last blocks cut to ``shape``)."""
+    full = scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)
+    return full[: shape[0], : shape[1]]
+
+
+def blocky(
+    shape: tuple[int, int], block: tuple[int, int], device: torch.device, gen: torch.Generator
+) -> torch.Tensor:
+    """Random fp32 values whose ``block``-sized blocks have magnitudes spanning 2^-4..2^4, as
+    real activations and weights do: a scale read from the wrong block is then wrong by up to
+    256x, never by a rounding. On the meta device, only allocated (see :func:`randn`)."""
+    values = randn(shape, torch.float32, device, gen)
+    if values.device.type == "meta":
+        return values
+    groups = (-(-shape[0] // block[0]), -(-shape[1] // block[1]))
+    magnitude = torch.randint(-4, 5, groups, generator=gen, device=device).float().exp2()
+    return values * expand_blocks(magnitude, *block, values.shape)
+
+
 def empty_like_dense(t: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor of ``t``'s shape, dtype and device (contents undefined)."""
     return torch.empty(t.shape, dtype=t.dtype, device=t.device)
