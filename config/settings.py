@@ -36,6 +36,15 @@ CONFIG_FILE = "kernelwatch.toml"
 LOCAL_POOL = "local"
 
 
+#: Where Python projects and images declare what they install: the requirement and lock files
+#: of pip, uv, Poetry, PDM, Pipenv, conda and pixi, the packaging files and Dockerfiles.
+ENVIRONMENT_FILES = (
+    "requirements*.txt", "requirements/*.txt", "constraints*.txt", "pyproject.toml",
+    "setup.py", "setup.cfg", "environment.yml", "environment.yaml", "Pipfile", "Pipfile.lock",
+    "poetry.lock", "uv.lock", "pdm.lock", "pixi.toml", "pixi.lock", "Dockerfile*",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class RepositoryConfig:
     """A tracked kernel repository (one ``[[repositories]]`` block)."""
@@ -68,6 +77,10 @@ class RepositoryConfig:
     """The targets cross-compiled. Empty: no build stage."""
     pools: tuple[str, ...] = ()
     """The pools whose nightly runs this repository. Empty: every pool."""
+    environment_files: tuple[str, ...] = ENVIRONMENT_FILES
+    """The files that declare the environment the kernels run in (Triton, torch, CUDA pins),
+    as globs of paths from the repository's top. A commit changing one changes every case's
+    build identity: a PR check times it, though both sides run on the worker's environment."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kernelwatch.config.settings import Config, RepositoryConfig
 from kernelwatch.flows import pipeline, tasks
-from kernelwatch.flows.repos import commit_info
+from kernelwatch.flows.repos import commit_info, declared_environment
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.isolation.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.isolation.worktree import checkout
@@ -70,7 +70,8 @@ def run_commit(
             again = remeasured.records
             bench_time = pipeline.total("bench", (timed.time, remeasured.time)) or bench_time
         points = pipeline.judged(points, again, config.thresholds)
-    measurements = pipeline.identified(points, pipeline.case_identities(repo, built))
+    declared = declared_environment(path, sha, repo.environment_files)
+    measurements = pipeline.identified(points, pipeline.case_identities(repo, built, declared))
     records = [*built.records, *checks, *measurements]
     run = pipeline.assemble(context, commit, records, started, stages=(checked.time, bench_time))
     if run is None:

@@ -264,12 +264,15 @@ def split_ab(pairs: Iterable[ABMeasurement]) -> tuple[list[Measurement], list[Me
     return [base for base, _ in sides], [head for _, head in sides]
 
 
-def case_identities(repo: RepositoryConfig, built: BuildResult) -> dict[CaseKey, str | None]:
-    """Each built case's build identity; none where the build specialised for a workload
-    other than the timed one (its recipes are of other cases)."""
+def case_identities(
+    repo: RepositoryConfig, built: BuildResult, declared: Mapping[str, str]
+) -> dict[CaseKey, str | None]:
+    """Each built case's build identity, with the environment the commit declares
+    (:func:`~kernelwatch.flows.repos.declared_environment`); none where the build specialised
+    for a workload other than the timed one (its recipes are of other cases)."""
     if (repo.build_workload or repo.workload) != repo.workload:
         return {}
-    return identities(built.recipes, built.records)
+    return identities(built.recipes, built.records, declared)
 
 
 def identified(

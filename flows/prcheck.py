@@ -21,8 +21,9 @@ locally by ``kernelwatch pr-check``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from importlib import metadata
 from pathlib import Path
 
 from prefect import flow
@@ -35,7 +36,7 @@ from kernelwatch.config import settings as configuration
 from kernelwatch.flows import pipeline, tasks
 from kernelwatch.flows.bisection import more_samples
 from kernelwatch.flows.reporting import artifact_key, report_url
-from kernelwatch.flows.repos import commit_info, revision
+from kernelwatch.flows.repos import commit_info, declared_environment, revision
 from kernelwatch.harness.build.stage import BuildFailed
 from kernelwatch.harness.isolation.supervise import SelectionUnavailable, SuiteError
 from kernelwatch.harness.isolation.worktree import checkout
@@ -112,8 +113,10 @@ def pr_check(
             builds_a, builds_b = built_a.records, built_b.records
             passed_a = set(pipeline.timed_kernels(checks_a))
             passed = tuple(k for k in pipeline.timed_kernels(checks_b) if k in passed_a)
-            ids_a = pipeline.case_identities(repo, built_a)
-            ids_b = pipeline.case_identities(repo, built_b)
+            declared_a = declared_environment(path, base_sha, repo.environment_files)
+            declared_b = declared_environment(path, head_sha, repo.environment_files)
+            ids_a = pipeline.case_identities(repo, built_a, declared_a)
+            ids_b = pipeline.case_identities(repo, built_b, declared_b)
             same = frozenset() if every_case else identical(ids_a, ids_b)
             kernels = changed(passed, [c.case for c in checks_b], same)
             gpus = config.pool(pool).gpus_per_node
@@ -159,7 +162,8 @@ def pr_check(
         comparison = comparison_from_runs(
             conn, run_a.info.run_id, run_b.info.run_id, config.thresholds, same
         )
-        comparison = replace(comparison, notes=(*comparison.notes, *settled.notes()))
+        notes = (*comparison.notes, *declared_note(declared_a, declared_b), *settled.notes())
+        comparison = replace(comparison, notes=notes)
         report = write_compare_report(conn, comparison, out, sources=repository_sources(config))
         link = report_url(report, Path(config.run.report_dir), config.run.report_url)
         check = PrCheck(comparison.outcome, merge_verdict(comparison), link, pr_number,
@@ -184,6 +188,22 @@ def changed(
     be the one that changed)."""
     reached = {c.kernel for c in cases if case_key(c.kernel, c.dtype, c.params) not in same}
     return tuple(k for k in kernels if k in reached)
+
+
+def declared_note(base: Mapping[str, str], head: Mapping[str, str]) -> tuple[str, ...]:
+    """What the comment says when the head changes the environment its repository declares
+    (``flows.repos.declared_environment``): the check ran both sides on the worker's own."""
+    moved = sorted(key.split(":", 1)[1] for key in base.keys() | head.keys()
+                   if base.get(key) != head.get(key))  # fmt: skip
+    if not moved:
+        return ()
+    own = ", ".join(f"{name} {metadata.version(name)}" for name in ("triton", "torch"))
+    return (
+        f"The head changes the environment its repository declares ({', '.join(moved)}). "
+        f"Both sides ran on this worker's ({own}), so every case it reaches was timed, but "
+        "what the new environment does is measured only where it is installed (a nightly "
+        "on an image with it).",
+    )
 
 
 def changed_kernels(base: Sequence[BuildMetrics], head: Sequence[BuildMetrics]) -> frozenset[str]:

@@ -3,9 +3,11 @@ into the cache when the configuration names a URL), its commits, and commit rang
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from kernelwatch.config.settings import RepositoryConfig
@@ -80,6 +82,18 @@ def commit_info(path: Path, rev: str, branch: str | None = None) -> CommitInfo:
     out = _git_or_raise(path, "show", "-s", "--format=%P%n%aI%n%B", sha)
     parents, author_time, message = [*out.split("\n", 2), "", ""][:3]
     return CommitInfo(sha, tuple(parents.split()), author_time, message.strip(), branch)
+
+
+def declared_environment(path: Path, sha: str, patterns: Sequence[str]) -> dict[str, str]:
+    """The files of commit ``sha`` that declare the environment its kernels run in (paths
+    from the top matching one of ``patterns``, fnmatch globs), each with its blob's hash, as
+    the build identity's environment takes them: ``declared:PATH`` to the hash."""
+    declared = {}
+    for entry in _git_or_raise(path, "ls-tree", "-r", "-z", sha).split("\0"):
+        meta, _, name = entry.partition("\t")
+        if name and any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            declared[f"declared:{name}"] = meta.split()[-1]
+    return declared
 
 
 def commits_between(path: Path, good: str, bad: str) -> list[str]:

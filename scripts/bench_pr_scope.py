@@ -32,6 +32,7 @@ from kernelwatch.analysis.build_identity import identical
 from kernelwatch.config.settings import RepositoryConfig
 from kernelwatch.flows import pipeline
 from kernelwatch.flows.prcheck import changed
+from kernelwatch.flows.repos import declared_environment
 from kernelwatch.harness.build.archs import parse_archs
 from kernelwatch.harness.build.stage import BuildRequest, BuildResult, run_build
 from kernelwatch.harness.isolation.worktree import checkout
@@ -90,8 +91,10 @@ def measure(
         start = time.perf_counter()
         built_a, built_b = build(repo, a.path, cache), build(repo, b.path, cache)
         build_s = time.perf_counter() - start
-        ids_a = pipeline.case_identities(repo, built_a)
-        ids_b = pipeline.case_identities(repo, built_b)
+        declared_a, declared_b = (declared_environment(path, sha, repo.environment_files)
+                                  for sha in (base, head))  # fmt: skip
+        ids_a = pipeline.case_identities(repo, built_a, declared_a)
+        ids_b = pipeline.case_identities(repo, built_b, declared_b)
         same = frozenset() if full else identical(ids_a, ids_b)
         cases = [CaseId(r.suite, r.kernel, r.workload, r.params, r.dtype) for r in built_b.recipes]
         kernels = tuple(dict.fromkeys(c.kernel for c in cases))

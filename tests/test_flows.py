@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from gitrepo import git, repository_of
+from gitrepo import commit_on, git, repository_of
 from webhooks import webhook_recorder
 
 from kernelwatch.flows import tasks
@@ -498,6 +498,25 @@ def test_pr_check_says_0_for_an_unchanged_head(demo, environment, tmp_path, aske
     # every case is the same build, so nothing is timed and the check says so.
     assert same.verdict.startswith("no kernel changed: ") and asked == [()], (same, asked)
     assert "identical build: not timed" in Path(same.comment).read_text()
+
+
+def test_pr_check_times_a_head_that_changes_only_the_triton_pin(demo, environment, tmp_path, asked):
+    """Issue 48: a head that only moves requirements.txt's Triton pin runs no other code here,
+    but in production runs on another Triton: it is timed, not called an identical build, and
+    the comment says which environment both sides ran on. Before, it read "no kernel
+    changed" and timed nothing."""
+    made, _, config = demo
+    environment(config)
+    pins = {"requirements.txt": "torch==2.13.0\ntriton==3.5.0\n"}
+    base = commit_on(made.path, made.nights[0][1], pins, "pin the toolchain")
+    bump = {"requirements.txt": "torch==2.13.0\ntriton==3.6.0\n"}
+    head = commit_on(made.path, base, bump, "triton 3.6")
+    checked = pr_check(base=base, head=head, out_dir=str(tmp_path / "pin"))
+    assert asked[:1] == [(made.culprit_kernel,)], (asked, checked)
+    comment = Path(checked.comment).read_text()
+    assert "no kernel changed" not in checked.verdict and "identical build" not in comment
+    assert "changes the environment its repository declares (requirements.txt)" in comment
+    assert "Both sides ran on this worker's (triton " in comment, comment
 
 
 def test_pr_check_times_only_the_kernel_a_head_changes_with_a_full_checks_verdict(

@@ -9,11 +9,11 @@ import ast
 from pathlib import Path
 
 import pytest
-from gitrepo import git
+from gitrepo import commit_on, git
 
-from kernelwatch.config.settings import RepositoryConfig
+from kernelwatch.config.settings import ENVIRONMENT_FILES, RepositoryConfig
 from kernelwatch.flows.demo_repo import make_demo_repo
-from kernelwatch.flows.repos import commit_info, commits_between, sync
+from kernelwatch.flows.repos import commit_info, commits_between, declared_environment, sync
 from kernelwatch.harness.isolation import gitcmd
 from kernelwatch.harness.isolation.worktree import checkout, resolve
 from kernelwatch.harness.suite import revision_of, source_of
@@ -49,6 +49,27 @@ def _repository(path: Path) -> tuple[Path, str, str]:
 
 def _ran(marker: Path) -> str:
     return marker.read_text() if marker.exists() else ""
+
+
+def test_the_declared_environment_is_each_matching_file_of_the_commit_with_its_blob(tmp_path):
+    """Issue 48: a commit that changes only a pin of the environment (requirements.txt's
+    Triton) declares another environment; one that changes docs, or a file named like a
+    requirement file below the top, declares the same."""
+    repo, first, _ = _repository(tmp_path / "r")
+    files = {"requirements.txt": "triton==3.5.0\n", "docker/Dockerfile": "FROM cuda\n",
+             "pyproject.toml": "[project]\nname = 'k'\n", "README.md": "# k\n"}  # fmt: skip
+    base = commit_on(repo, first, files, "pins")
+    pinned = declared_environment(repo, base, ENVIRONMENT_FILES)
+    assert sorted(pinned) == ["declared:pyproject.toml", "declared:requirements.txt"], pinned
+    assert pinned["declared:requirements.txt"] == git(repo, "rev-parse", f"{base}:requirements.txt")
+    bumped = commit_on(repo, base, {"requirements.txt": "triton==3.6.0\n"}, "triton 3.6")
+    docs = commit_on(repo, base, {"README.md": "# k\nmore\n", "tests/requirements.txt": "x"}, "d")
+    assert declared_environment(repo, bumped, ENVIRONMENT_FILES) != pinned
+    assert declared_environment(repo, docs, ENVIRONMENT_FILES) == pinned
+    assert declared_environment(repo, first, ENVIRONMENT_FILES) == {}
+    assert declared_environment(repo, base, ("docker/*",)) == {
+        "declared:docker/Dockerfile": git(repo, "rev-parse", f"{base}:docker/Dockerfile")
+    }
 
 
 def test_a_worktree_of_a_repository_with_hooks_runs_none_of_them(tmp_path):
