@@ -120,7 +120,11 @@ def tail_shift(
             # early.
             continue
         if rule.dips:
-            judged = _with_dips(distances / noise, rule)
+            # A faster tail may hold one slow outlier, as without dips: a tail too short for
+            # a dip (``_DIPS_PER``) is judged without its slowest point; a longer one counts
+            # the outlier as its dip.
+            skip = 1 if shift < 0 and _OUTLIER_ALLOWED_FROM <= m < _DIPS_PER else 0
+            judged = _with_dips(distances[skip:] / noise, rule)
             if judged is None:
                 continue
             z, p = judged
