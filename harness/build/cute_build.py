@@ -27,6 +27,7 @@ from typing import Any
 from kernelwatch.harness.build import nvtools
 from kernelwatch.harness.build.capture import CuteLaunch
 from kernelwatch.harness.cute_kernel import CUTE_DTYPES
+from kernelwatch.harness.isolation.quick_exit import quick_exit
 
 #: The most one target's compile may take.
 TIMEOUT_S = 300
@@ -154,4 +155,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit(main())

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwatch.harness.isolation.kernel_child import EXIT_FATAL, Emit, open_channel
+from kernelwatch.harness.isolation.quick_exit import quick_exit
 from kernelwatch.harness.records import BuildMetrics
 from kernelwatch.harness.suite import BUILTIN_SUITE, SuiteLoadError, SuiteRef, load_suite
 
@@ -182,4 +183,4 @@ def _load(ref: SuiteRef) -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit(main())

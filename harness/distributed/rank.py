@@ -28,6 +28,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from kernelwatch.harness.isolation.quick_exit import quick_exit
+
 #: Messages of a collective that failed because of another rank (gloo, NCCL's watchdog).
 PEER_FAILURE = re.compile(
     r"timed out|connection closed by peer|connection reset|broken pipe|watchdog|"
@@ -208,4 +210,4 @@ def _trace() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit(main())

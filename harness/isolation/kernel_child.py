@@ -51,6 +51,7 @@ from dataclasses import asdict, replace
 from typing import IO, TYPE_CHECKING, Any
 
 from kernelwatch.harness.isolation.jail import loopback_up
+from kernelwatch.harness.isolation.quick_exit import quick_exit
 from kernelwatch.harness.records import (
     ABMeasurement,
     CorrectnessResult,
@@ -488,4 +489,4 @@ def private_stdout() -> IO[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit(main())
