@@ -411,13 +411,28 @@ def _refine(x: np.ndarray, k: int, lo: int, hi: int, config: DetectorConfig, sig
     cost = np.r_[0.0, np.cumsum(to_before)] + np.r_[np.cumsum(to_after[::-1])[::-1], 0.0]
     splits = np.arange(start, end + 1)
     allowed = (splits >= lo + config.min_size) & (splits <= hi - config.min_size)
-    if not allowed.any():
-        return k
+    # A split never crosses a level of its own: _SHORT_REGIME points in a row that fit
+    # neither level (a partial revert's short regime, which _split_short_regimes places);
+    # a burst of slow points is shorter.
+    own = np.minimum(to_before, to_after) >= cap
+    for j, split in enumerate(splits):
+        between = own[min(split, k) - start : max(split, k) - start]
+        if _longest_run(between) >= _SHORT_REGIME:
+            allowed[j] = False
     best = min(
         (float(cost[j]), abs(int(s) - k), int(s)) for j, s in enumerate(splits) if allowed[j]
     )
     # Rounding in the sums must not move a split that ties with k.
     return best[2] if best[0] < float(cost[k - start]) - 1e-12 else k
+
+
+def _longest_run(flags: np.ndarray) -> int:
+    """The most consecutive True values in ``flags``."""
+    longest = run = 0
+    for flag in flags:
+        run = run + 1 if flag else 0
+        longest = max(longest, run)
+    return longest
 
 
 def _abs_deviation(rows: np.ndarray, counts: np.ndarray) -> np.ndarray:

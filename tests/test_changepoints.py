@@ -217,6 +217,21 @@ def test_slow_points_just_before_a_step_do_not_pull_it_onto_them():
     assert all(found == [40] for found in placed), placed
 
 
+def test_a_refined_split_never_crosses_a_short_regime_of_its_own():
+    """A partial revert whose revert starts with a point back near the old level: the four
+    points of the short regime fit neither level either side, so without a bound the
+    refinement slid the first change across them to that point (1 series of 20 right),
+    and the revert was lost with it."""
+    found = []
+    for seed in range(20):
+        x = np.random.default_rng(seed).normal(0.0, 0.004, 80)
+        x[30:34] += 0.095
+        x[34:] += 0.03
+        x[34] -= 0.025
+        found.append([cp.index for cp in detect(100.0 * np.exp(x)).change_points])
+    assert all(points == [30, 34] for points in found), found
+
+
 def test_a_step_with_min_size_points_on_one_side_is_found_at_its_index():
     config = DetectorConfig(alpha=1e-3)
     assert config.min_size == 6
