@@ -15,6 +15,7 @@ from kernelwatch.analysis.changepoints import (
     DetectorConfig,
     History,
     _abs_deviation,
+    _refine,
     append,
     detect,
     local_rank_scan,
@@ -230,6 +231,42 @@ def test_a_refined_split_never_crosses_a_short_regime_of_its_own():
         x[34] -= 0.025
         found.append([cp.index for cp in detect(100.0 * np.exp(x)).change_points])
     assert all(points == [30, 34] for points in found), found
+
+
+#: _refine's configuration in the tests below: min_size 6 (a zone of 6 points either side
+#: of the split it is handed), window 30; a noise of 0.01, so the cap is 0.025.
+_REFINE = DetectorConfig()
+
+
+def _stepped(at: int, size: float, n: int = 60) -> np.ndarray:
+    x = np.ones(n)
+    x[at:] += size
+    return x
+
+
+@pytest.mark.parametrize(("burst", "placed"), [(3, 30), (4, 25)])
+def test_a_refined_split_crosses_a_burst_of_three_slow_points_but_not_four(burst, placed):
+    """The scan put the split on a burst of slow points fitting neither level, one point of
+    the old level before the step: three such points are crossed to the step; four are a
+    level of their own, which the split never crosses."""
+    x = _stepped(30, 0.05)
+    x[29 - burst : 29] += 0.1
+    assert _refine(x, 29 - burst, 0, x.size, _REFINE, 0.01) == placed
+
+
+def test_a_refined_split_stays_where_the_levels_are_within_the_cap():
+    """A step of two noise sigmas (under the 2.5-sigma cap): the points' own noise would
+    place it, so the split is left where the scan put it."""
+    x = _stepped(30, 0.02)
+    x[30] = 1.0  # one point of the new level back at the old one
+    assert _refine(x, 30, 0, x.size, _REFINE, 0.01) == 30
+
+
+def test_a_refined_split_keeps_min_size_points_before_the_stretch_end():
+    """The step is at 55 of a stretch ending at 60: the split stops at 54, the last one
+    leaving min_size points after it."""
+    x = _stepped(55, 0.05)
+    assert _refine(x, 50, 0, x.size, _REFINE, 0.01) == 54
 
 
 def test_a_step_with_min_size_points_on_one_side_is_found_at_its_index():
