@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from kernelwatch.harness.isolation import jail
+from kernelwatch.harness.isolation.quick_exit import quick_exit
 from kernelwatch.harness.isolation.sandbox import Launch
 
 #: ``0`` turns preloading off: every child starts by ``exec``.
@@ -401,14 +402,7 @@ def _run(module: str) -> None:
     except BaseException:
         traceback.print_exc()
         code = 1
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()  # what the interpreter's exit would run
-    _exit(code)
+    quick_exit(code)  # what the interpreter's exit would do, without its teardown
 
 
 def _exit(code: int) -> None:
