@@ -1,5 +1,5 @@
-"""The built-in suite: Triton kernels that LLM serving uses (and one CUDA C++ kernel with
-inline PTX), each with its spec.
+"""The built-in suite: Triton kernels that LLM serving uses (and SwiGLU again in CUDA C++ with
+inline PTX and in the CuTe DSL), each with its spec.
 
 It is an ordinary suite module (see ``docs/SUITES.md``): kernelwatch finds it through the
 module-level ``SUITE``, exactly as it finds a suite in another repository.
@@ -21,6 +21,7 @@ from kernelwatch.kernels.moe import FUSED_MOE
 from kernelwatch.kernels.rmsnorm import FUSED_ADD_RMS_NORM, RMS_NORM
 from kernelwatch.kernels.rope import ROPE
 from kernelwatch.kernels.silu_cuda import SILU_AND_MUL_CUDA
+from kernelwatch.kernels.silu_cute import SILU_AND_MUL_CUTE
 from kernelwatch.kernels.softmax import SOFTMAX
 
 SUITE = Suite(
@@ -31,6 +32,7 @@ SUITE = Suite(
         SOFTMAX,
         SILU_AND_MUL,
         SILU_AND_MUL_CUDA,
+        SILU_AND_MUL_CUTE,
         ROPE,
         GEMM,
         FLASH_ATTENTION,

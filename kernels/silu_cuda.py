@@ -9,12 +9,13 @@ report ``unsupported`` (``harness/cuda_kernel.py``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from kernelwatch.harness.cuda_kernel import CudaKernel
-from kernelwatch.harness.spec import KernelSpec, LaunchConfig
+from kernelwatch.harness.spec import LaunchConfig
 from kernelwatch.kernels.activation import SILU_AND_MUL
 
 KERNEL = CudaKernel(Path(__file__).parent / "cuda" / "silu_and_mul.cu")
@@ -44,15 +45,9 @@ def _launch(x: torch.Tensor, out: torch.Tensor) -> LaunchConfig:
 
 # Shares the Triton kernel's workloads, reference, baseline and models, so the two
 # implementations of one operation are measured on the same cases.
-SILU_AND_MUL_CUDA = KernelSpec(
+SILU_AND_MUL_CUDA = replace(
+    SILU_AND_MUL,
     name="silu_and_mul_cuda",
     summary="SwiGLU silu(gate) * up in CUDA C++ with inline-PTX 128-bit ld.global.nc loads.",
-    make_inputs=SILU_AND_MUL.make_inputs,
-    make_outputs=SILU_AND_MUL.make_outputs,
     launch=lambda t, o, p, cfg: _launch(t["x"], o["out"]),
-    reference=SILU_AND_MUL.reference,
-    baseline=SILU_AND_MUL.baseline,
-    workloads=SILU_AND_MUL.workloads,
-    flops=SILU_AND_MUL.flops,
-    min_bytes=SILU_AND_MUL.min_bytes,
 )

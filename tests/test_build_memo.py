@@ -160,6 +160,10 @@ def test_the_builtin_suites_kernels_are_keyed_by_their_own_modules():
     softmax = set(tree.closure(["softmax.py"]))
     assert softmax == {"__init__.py", "softmax.py", "inputs.py"}
     assert "cuda/silu_and_mul.cu" in tree.closure(["silu_cuda.py"])
+    # The CuTe DSL kernel's spec names its module rather than importing it (the DSL is an
+    # optional extra); an edit to that module must still build the kernel again.
+    cute = set(tree.closure(["silu_cute.py"]))
+    assert {"cute_dsl/silu_and_mul.py", "cute_dsl/__init__.py", "activation.py"} <= cute
     assert "softmax.py" not in tree.closure(["rmsnorm.py"])
 
 

@@ -10,6 +10,7 @@ import pytest
 from kernelwatch.harness.build.sass import FP4_DTYPES
 from kernelwatch.harness.correctness import check_case
 from kernelwatch.harness.cuda_kernel import CPU_REASON
+from kernelwatch.harness.cute_kernel import CPU_REASON as CUTE_CPU_REASON
 from kernelwatch.harness.spec import DistributedSpec, KernelSpec, validate_suite
 from kernelwatch.kernels import SUITE
 
@@ -24,7 +25,7 @@ REQUIRED = {
 }
 #: Kernels of the suite that cannot run their smoke workload on the CPU, with the reason each
 #: of their cases reports instead; every other kernel must pass it everywhere.
-CPU_UNSUPPORTED = {"silu_and_mul_cuda": CPU_REASON}
+CPU_UNSUPPORTED = {"silu_and_mul_cuda": CPU_REASON, "silu_and_mul_cute": CUTE_CPU_REASON}
 SIZE_KEYS = (
     "tokens",
     "hidden",
@@ -111,7 +112,8 @@ def test_every_builtin_kernel_has_a_family(name):
 #: own: the default rule keeps each of them where it was.
 FAMILY_OF = {
     "rms_norm": "norm", "fused_add_rms_norm": "norm", "softmax": "elementwise",
-    "silu_and_mul": "elementwise", "silu_and_mul_cuda": "elementwise", "rope": "elementwise",
+    "silu_and_mul": "elementwise", "silu_and_mul_cuda": "elementwise",
+    "silu_and_mul_cute": "elementwise", "rope": "elementwise",
     "gemm": "gemm", "fp8_block_gemm": "gemm", "fp8_group_quant": "gemm", "mxfp4_gemm": "gemm",
     "flash_attention": "attention", "paged_decode_attention": "attention",
     "mla_decode": "attention", "fused_moe": "moe", "conformer_conv": "asr",

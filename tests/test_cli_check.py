@@ -96,7 +96,9 @@ def test_builtin_smoke_passes_with_bf16_listed_as_unsupported(kernelwatch_cli, d
     for r in records:
         if r.case.dtype == "bf16" and device.info.kind == "cpu":
             assert r.verdict == "unsupported" and "interpreter" in r.reason
-        elif r.case.kernel == "silu_and_mul_cuda" and device.info.kind == "cpu":
+        elif r.case.kernel in ("silu_and_mul_cuda", "silu_and_mul_cute") and (
+            device.info.kind == "cpu"
+        ):
             assert r.verdict == "unsupported" and "compile-only without a GPU" in r.reason
         else:
             assert r.verdict == "pass", (r.case, r.reason)

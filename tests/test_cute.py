@@ -2,11 +2,14 @@
 ``@cute.jit`` function (tests/cute_suite/suite.py) is built offline for sm_90a and sm_100a
 like a Triton one (registers, spills, SASS), a planted register-spill change in it is a
 static regression, and on the CPU its cases are unsupported in one line while the rest of
-the suite runs."""
+the suite runs. The built-in suite's CuTe DSL SwiGLU (kernels/silu_cute.py) names its
+function, so the suite imports without the DSL, and builds for both targets."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,10 @@ from gitrepo import git, repository_of
 
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl (kernelwatch[cute]) is not installed")
 
-from kernelwatch.harness.cute_kernel import CPU_REASON
+from kernelwatch.harness.build.stage import BuildRequest, run_build
+from kernelwatch.harness.cute_kernel import ABSENT_REASON, CPU_REASON, CuteKernel
+from kernelwatch.harness.spec import KernelUnsupported
+from kernelwatch.harness.suite import SuiteRef
 
 SUITE = Path(__file__).parent / "cute_suite" / "suite.py"
 #: The planted change: 256 values held live across a loop, past the register file.
@@ -85,3 +91,66 @@ def test_on_the_cpu_a_cute_kernel_is_unsupported_in_one_line_and_the_rest_runs(
     assert [(v["verdict"], v["reason"]) for v in cute] == [("unsupported", CPU_REASON)]
     rest = [v["verdict"] for v in verdicts if v["case"]["kernel"] == "rms_norm"]
     assert rest and set(rest) == {"pass"}
+
+
+@pytest.mark.slow  # the build stage end to end, a DSL process a target
+def test_the_builtin_cute_kernel_is_built_for_both_targets():
+    request = BuildRequest(SuiteRef(), archs=("sm_90a", "sm_100a"), kernels=("silu_and_mul_cute",),
+                           workload="smoke", dtypes=("bf16",), workers=1)  # fmt: skip
+    records = run_build(request).records
+    assert {r.arch for r in records} == {"sm_90a", "sm_100a"}
+    assert len(records) == 2 * 4  # the four smoke cases, each its own specialisation
+    for r in records:
+        assert (r.status, r.language, r.function) == ("ok", "cute", "silu_and_mul"), r
+        assert 0 < r.registers < 64 and r.spill_store_bytes == 0, r
+        assert any(op.startswith("MUFU") for op in r.opcodes), r  # the exp of SiLU
+        assert r.toolchain["cutlass-dsl"] == "4.8.1", r
+
+
+def test_a_named_cute_kernel_is_imported_only_to_run_on_a_gpu():
+    """The built-in suite imports, and its CuTe DSL case is refused on the CPU, without the
+    DSL; a GPU host without the optional extra refuses it in one line, saying what to
+    install."""
+    probe = (
+        "import sys, torch\n"
+        "from kernelwatch.kernels import SUITE\n"
+        "spec = SUITE.kernel('silu_and_mul_cute')\n"
+        "x = torch.ones(2, 8); out = torch.empty(2, 4)\n"
+        "try:\n"
+        "    spec.launch({'x': x}, {'out': out}, {}, None)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+        "print(sorted(m for m in sys.modules\n"
+        "             if m.startswith(('cutlass', 'kernelwatch.kernels.cute'))))\n"
+    )  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"KernelUnsupported {CPU_REASON}",
+        "[]",
+    ]
+
+    class OnGpu:  # what the launch reads of a tensor on a GPU
+        device = type("Device", (), {"type": "cuda"})()
+
+        def data_ptr(self) -> int:
+            return 0
+
+    kernel = CuteKernel("kernelwatch.kernels.cute_dsl.silu_and_mul:silu_and_mul")
+    assert kernel.function == "silu_and_mul"
+    assert kernel.source.name == "silu_and_mul.py" and kernel.source.parent.name == "cute_dsl"
+    import importlib.util
+
+    real = importlib.util.find_spec
+    absent = pytest.MonkeyPatch()
+    absent.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "cutlass" else real(n, *a)
+    )
+    try:
+        with pytest.raises(KernelUnsupported, match="nvidia-cutlass-dsl is not installed"):
+            kernel.launch(OnGpu(), OnGpu(), 256)
+    finally:
+        absent.undo()
+    assert ABSENT_REASON.endswith("(pip install 'kernelwatch[cute]')")
+    with pytest.raises(ValueError, match=r"'package\.module:function'"):
+        CuteKernel("kernelwatch.kernels.cute_dsl.silu_and_mul")

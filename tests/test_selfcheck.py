@@ -47,16 +47,19 @@ def memory_bound(gbps: float, overhead_ns: float = 1_000.0) -> Callable[[Any], f
     return lambda p: overhead_ns + 4 * int(p.get("size", p["n"])) / gbps
 
 
+KERNELS = ("rms_norm", "softmax", "silu_and_mul", "silu_and_mul_cuda", "silu_and_mul_cute",
+           "gemm")  # fmt: skip
+
+
 def suite(gpu: FakeGpu) -> Suite:
-    """Five kernels like the built-in suite's, each timed on the simulated GPU: 1 us, 73 us
-    and 1.2 ms cases (their tensors stay 64 elements on the CPU)."""
+    """Six kernels like the built-in suite's (:data:`KERNELS`), each timed on the simulated
+    GPU: 1 us, 73 us and 1.2 ms cases (their tensors stay 64 elements on the CPU)."""
     sizes = (4096, 1 << 26, 1 << 30)
     llm = {"llm": tuple({"n": 64, "size": size} for size in sizes), "smoke": ({"n": 64},)}
-    names = ("rms_norm", "softmax", "silu_and_mul", "silu_and_mul_cuda", "gemm")
     return Suite(
         "fake",
         tuple(
-            doubling_spec(name, gpu, memory_bound(3700.0), workloads=dict(llm)) for name in names
+            doubling_spec(name, gpu, memory_bound(3700.0), workloads=dict(llm)) for name in KERNELS
         ),
     )
 
@@ -212,10 +215,10 @@ def test_a_healthy_gpu_passes_every_question_and_the_report_has_every_part(tmp_p
     assert f"{100 * flush['difference']:+.1f}% from the dirty lines" in summary
     aa = report["data"]["aa"]
     # Two of each kernel's three cases, in two pairs of processes.
-    assert aa["planned"] == len(aa["cases"]) == 5 * 2 * 2
+    assert aa["planned"] == len(aa["cases"]) == len(KERNELS) * 2 * 2
     assert all(c["same_config"] for c in aa["cases"])
     coverage = report["data"]["coverage"]["cases"]
-    assert len(coverage) == 10 and all(len(c["repeats"]) == 4 for c in coverage)
+    assert len(coverage) == len(KERNELS) * 2 and all(len(c["repeats"]) == 4 for c in coverage)
     assert report["data"]["granularity"]["smallest_step_ns"] == gpu.event_step_ns
     # ncu against the unprofiled %SOL median, not the inflated one of its own run.
     ncu = report["data"]["ncu"]
@@ -223,8 +226,7 @@ def test_a_healthy_gpu_passes_every_question_and_the_report_has_every_part(tmp_p
 
 
 #: The fake suite's kernels, as the traced step launches them, and the steps it traces.
-EXPECTED_KERNELS = [(name,) for name in ("rms_norm", "softmax", "silu_and_mul",
-                                         "silu_and_mul_cuda", "gemm")]  # fmt: skip
+EXPECTED_KERNELS = [(name,) for name in KERNELS]
 PLAN_STEPS = TRACE_STEPS
 
 

@@ -493,6 +493,43 @@ def test_correctness_needs_every_case_and_the_cuda_launch(stage, status, line):
     assert (finding.status, finding.line) == (status, line)
 
 
+CUTE = "silu_and_mul_cute"
+
+
+def _with_cute(checks: list[tuple[str, str]], dsl: str) -> dict[str, Any]:
+    """A correctness stage with a CuTe DSL kernel, the DSL installed (its version) or
+    ``"absent"``."""
+    stage = _correctness(checks)
+    return {**stage, "cute_kernels": [CUTE], "cute_dsl": dsl}
+
+
+@pytest.mark.parametrize(
+    ("stage", "status", "line"),
+    [
+        (_with_cute([("rms_norm", "pass"), (CUDA, "pass"), (CUTE, "pass")], "4.8.1"), PASS,
+         "3/3 (100.0%) bf16 cases pass; CUDA C++ (silu_and_mul_cuda): 1/1 pass; "
+         "CuTe DSL (silu_and_mul_cute): 1/1 pass"),
+        (_with_cute([("rms_norm", "pass"), (CUDA, "pass"), (CUTE, "fail")], "4.8.1"), FAIL,
+         "2/3 (66.7%) bf16 cases pass; CUDA C++ (silu_and_mul_cuda): 1/1 pass; "
+         "CuTe DSL (silu_and_mul_cute): 0/1 pass"),
+        (_with_cute([("rms_norm", "pass"), (CUDA, "pass")], "4.8.1"), FAIL,
+         "2/2 (100.0%) bf16 cases pass; CUDA C++ (silu_and_mul_cuda): 1/1 pass; "
+         "CuTe DSL (silu_and_mul_cute): not run"),
+        # Without the optional DSL its cases are unsupported: said, neither passed nor failed.
+        (_with_cute([("rms_norm", "pass"), (CUDA, "pass"), (CUTE, "unsupported")], "absent"),
+         PASS, "2/2 (100.0%) bf16 cases pass; CUDA C++ (silu_and_mul_cuda): 1/1 pass; "
+         "CuTe DSL (silu_and_mul_cute): not run, nvidia-cutlass-dsl is not installed"),
+        (_with_cute([("rms_norm", "pass"), (CUDA, "unsupported"), (CUTE, "unsupported")],
+                    "absent"), FAIL,
+         "1/2 (50.0%) bf16 cases pass; CUDA C++ (silu_and_mul_cuda): 0/1 pass; "
+         "CuTe DSL (silu_and_mul_cute): not run, nvidia-cutlass-dsl is not installed"),
+    ],
+)  # fmt: skip
+def test_correctness_needs_the_cute_launch_where_the_dsl_is_installed(stage, status, line):
+    finding = _finding("correctness", stage)
+    assert (finding.status, finding.line) == (status, line)
+
+
 def test_the_correctness_details_name_each_case_that_did_not_pass():
     finding = _finding("correctness", _correctness([("rms_norm", "fail"), (CUDA, "pass")]))
     assert finding.details == ("rms_norm n=64 bf16: fail: max rel error 0.3",)

@@ -22,13 +22,24 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelwatch.harness.build import nvtools
-from kernelwatch.harness.build.capture import CuteLaunch
-from kernelwatch.harness.cute_kernel import CUTE_DTYPES
 from kernelwatch.harness.isolation.quick_exit import quick_exit
 
+if TYPE_CHECKING:  # the compiling process imports no torch (1.6 s a compile): only the DSL
+    from kernelwatch.harness.build.capture import CuteLaunch
+
+#: torch's dtype names and the CuTe DSL numeric types the build's fake tensors are made of.
+CUTE_DTYPES = {
+    "torch.float32": "Float32",
+    "torch.float16": "Float16",
+    "torch.bfloat16": "BFloat16",
+    "torch.float8_e4m3fn": "Float8E4M3FN",
+    "torch.int32": "Int32",
+    "torch.int64": "Int64",
+    "torch.uint8": "Uint8",
+}
 #: The most one target's compile may take.
 TIMEOUT_S = 300
 _THREADS = re.compile(r"\.(?:reqntid|maxntid)\s+(\d+)(?:,\s*(\d+))?(?:,\s*(\d+))?")

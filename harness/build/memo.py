@@ -206,10 +206,16 @@ def _outermost(folders: list[Path]) -> tuple[Path, ...]:
     return tuple(sorted(kept, key=folders.index))
 
 
+#: Calls whose first argument, a literal, names a module they import: importlib's, and a CuTe
+#: DSL kernel named as ``"package.module:function"`` (``harness/cute_kernel.py``).
+_IMPORTERS = ("import_module", "__import__", "CuteKernel")
+
+
 def _imports(text: str, module: str, package: bool) -> tuple[set[str], set[str]] | None:
     """The module names the Python source ``text`` may import, and the packages above
     them, read from its syntax: ``import``, ``from ... import`` (relative ones against
-    ``module``) and ``importlib.import_module``/``__import__`` of a literal name."""
+    ``module``), and ``importlib.import_module``/``__import__``/``CuteKernel`` of a literal
+    name."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -232,13 +238,12 @@ def _imports(text: str, module: str, package: bool) -> tuple[set[str], set[str]]
             found.update(".".join(p for p in (base, a.name) if p) for a in node.names)
         elif (
             isinstance(node, ast.Call)
-            and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-                "import_module", "__import__")
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) in _IMPORTERS
             and node.args
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
-        ):  # fmt: skip
-            found.add(node.args[0].value)
+        ):
+            found.add(node.args[0].value.partition(":")[0])
     parents = {".".join(n.split(".")[:i]) for n in found for i in range(1, n.count(".") + 1)}
     return found, parents - found
 

@@ -11,8 +11,10 @@ cache and compile each kernel once):
    traced with ``torch.profiler`` (read here by ``Judging.trace``, the serving-trace
    reader), clocks and throttling over every sample taken.
 2. ``correctness``: every kernel's smoke cases in bf16 (the CPU cannot vouch for bf16),
-   CUDA C++ kernels included, and the FP4 GEMM's in mxfp4 (it has no bf16 form; on a GPU
-   without FP4 tensor cores it checks the emulated path the build reports).
+   CUDA C++ and CuTe DSL kernels included (the latter where ``nvidia-cutlass-dsl`` is
+   installed: the stage records its version, or "absent"), and the FP4 GEMM's in mxfp4 (it
+   has no bf16 form; on a GPU without FP4 tensor cores it checks the emulated path the
+   build reports).
 3. ``aa``: a few cases of every kernel at the workload's shapes, timed by
    ``aa_processes`` independent children one after another, each with inputs drawn from
    its own seed (the first autotunes; the others launch the configs it chose). Processes
@@ -53,6 +55,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from kernelwatch.harness.build.cute_build import dsl_version
 from kernelwatch.harness.build.sass import FP4_DTYPES
 from kernelwatch.harness.isolation.sandbox import Sandbox, held_sandbox
 from kernelwatch.harness.isolation.supervise import (
@@ -93,6 +96,8 @@ class SelfcheckPlan:
     """What one self-check runs. ``options``: the device measurements (their kernels,
     workload and dtype select the A/A cases too); ``check_workload``: the correctness
     cases; ``cuda_kernels``: the suite's CUDA C++ kernels, whose launch must pass;
+    ``cute_kernels``: its CuTe DSL kernels, whose launch must pass where the optional
+    ``nvidia-cutlass-dsl`` is installed (without it they are said not to have run);
     ``aa_options``: the A/A sampling, in each of ``aa_processes`` processes (an even number:
     they pair up) over ``aa_cases_per_kernel`` cases of every kernel; ``ncu_kernel``: the GPU
     function name of the %SOL case's kernel, for ncu's filter; ``deadline_s``: the hard
@@ -109,6 +114,7 @@ class SelfcheckPlan:
     #: bf16 form (``harness/build/sass.py``'s FP4 dtypes).
     check_dtypes: tuple[str, ...] = tuple(sorted(FP4_DTYPES))
     cuda_kernels: tuple[str, ...] = ("silu_and_mul_cuda",)
+    cute_kernels: tuple[str, ...] = ("silu_and_mul_cute",)
     aa_options: BenchOptions = field(
         default_factory=lambda: BenchOptions(
             budget_s=0.25, min_time_s=0.02, warmup_s=0.05, cool_down_s=0.02, timeout_s=5.0,
@@ -483,6 +489,8 @@ def _correctness(run: _Run, stop_at: float) -> None:
         _check,
         dtype=options.dtype,
         cuda_kernels=list(plan.cuda_kernels),
+        cute_kernels=list(plan.cute_kernels),
+        cute_dsl=dsl_version(),
     )
 
 
