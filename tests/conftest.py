@@ -10,6 +10,7 @@ written whole and renamed into place, so two workers can fill it at once).
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import subprocess
@@ -145,6 +146,26 @@ def kernelwatch_cli():
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def gpu_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What ``scripts/gpu-wheels.sh`` leaves for this tree (the wheel and the prebuilt cubins),
+    built once for the whole session: under pytest-xdist the first worker to ask builds it
+    (15 s), under a lock, and the other reads the same folder (test_wheel.py and
+    test_gpu_rehearsal.py both need it). Read-only to the tests: copy it to change it."""
+    from test_wheel import build_wheel
+
+    # The workers' temporary folders share a parent for this session (and only this one).
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if WORKER is not None else base
+    out = shared / "gpu-wheels"
+    with open(shared / "gpu-wheels.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "gpu-wheels.done").exists():
+            build_wheel(Path(__file__).resolve().parent.parent, out)
+            (shared / "gpu-wheels.done").touch()
+    return out
 
 
 @pytest.fixture(scope="session")
