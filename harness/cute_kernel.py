@@ -40,9 +40,15 @@ class CuteKernel:
     """A ``@cute.jit`` host function of a suite module, or its name as
     ``"package.module:function"`` (imported on the first launch). Its arguments are torch
     tensors (passed as CuTe tensors of the same dtype, shape and strides) and Python
-    scalars."""
+    scalars.
+
+    ``dynamic``: the tensors' layouts are runtime values (``mark_layout_dynamic``: every
+    shape and stride but the unit stride of the leading dimension), so one compile serves
+    every shape of a dtype, as a CuTe DSL kernel that serves many shapes is written;
+    otherwise every shape and stride is compiled in, a compile per shape."""
 
     fn: Callable[..., Any] | str
+    dynamic: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.fn, str) and not _NAMED.fullmatch(self.fn):
@@ -80,14 +86,36 @@ class CuteKernel:
             raise KernelUnsupported(ABSENT_REASON)
         from cutlass.cute.runtime import from_dlpack
 
-        converted = [from_dlpack(a) if hasattr(a, "data_ptr") else a for a in args]
-        key = (self.fn, _signature(args))
+        converted = [self._converted(a, from_dlpack) for a in args]
+        key = (self.fn, tuple(self.specialised(a) if hasattr(a, "data_ptr") else (type(a), a)
+                              for a in args))  # fmt: skip
         compiled = _COMPILED.get(key)
         if compiled is None:  # once per specialisation and process
             import cutlass.cute as cute
 
             compiled = _COMPILED[key] = cute.compile(self._resolved(), *converted)
         compiled(*converted)
+
+    def specialised(self, tensor: Any) -> tuple[Any, ...]:
+        """What a compile of the function is specialised on, of a tensor argument:
+        ``("tensor", dtype, shape, strides)``, a dynamic layout's sizes and strides None but
+        the leading dimension's unit stride. The build compiles the same
+        (``harness/build/cute_build.py``); a scalar is compiled in by value where it is a
+        ``cutlass.Constexpr``."""
+        shape, stride = tuple(tensor.shape), tuple(tensor.stride())
+        if self.dynamic:
+            lead = leading_dim(stride)
+            shape = (None,) * len(shape)
+            stride = tuple(1 if i == lead else None for i in range(len(stride)))
+        return ("tensor", str(tensor.dtype), shape, stride)
+
+    def _converted(self, value: Any, from_dlpack: Callable[[Any], Any]) -> Any:
+        if not hasattr(value, "data_ptr"):
+            return value
+        tensor = from_dlpack(value)
+        if self.dynamic:
+            tensor = tensor.mark_layout_dynamic(leading_dim(tuple(value.stride())))
+        return tensor
 
     def _resolved(self) -> Callable[..., Any]:
         if not isinstance(self.fn, str):
@@ -101,10 +129,9 @@ _NAMED = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 _COMPILED: dict[tuple[Any, tuple[Any, ...]], Any] = {}
 
 
-def _signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What a compiled function is specialised on: each tensor's dtype, shape and strides,
-    each scalar's type and value (a ``cutlass.Constexpr`` argument is compiled in)."""
-    return tuple(
-        (str(a.dtype), tuple(a.shape), a.stride()) if hasattr(a, "data_ptr") else (type(a), a)
-        for a in args
-    )
+def leading_dim(stride: tuple[int, ...]) -> int | None:
+    """The dimension a dynamic layout keeps the unit stride of: the last one of stride 1, or
+    None (every stride dynamic). Named, not left to the DSL, whose own choice refuses two
+    unit strides of size over 1 and takes a row of one element (strides ``(1, 1)``) for a
+    column: this way a ``(tokens, 1)`` output shares the compile of every other width."""
+    return max((i for i, step in enumerate(stride) if step == 1), default=None)

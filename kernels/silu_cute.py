@@ -18,7 +18,9 @@ from kernelwatch.harness.cute_kernel import CuteKernel
 from kernelwatch.harness.spec import LaunchConfig
 from kernelwatch.kernels.activation import SILU_AND_MUL
 
-KERNEL = CuteKernel("kernelwatch.kernels.cute_dsl.silu_and_mul:silu_and_mul")
+# Dynamic layouts: one compile a dtype and target serves every token count, width and row
+# stride (compiled in, each of the ten llm cases would be a compile of its own).
+KERNEL = CuteKernel("kernelwatch.kernels.cute_dsl.silu_and_mul:silu_and_mul", dynamic=True)
 #: Threads per block, a compile-time constant of the DSL kernel.
 THREADS = 256
 

@@ -97,9 +97,13 @@ def test_on_the_cpu_a_cute_kernel_is_unsupported_in_one_line_and_the_rest_runs(
 def test_the_builtin_cute_kernel_is_built_for_both_targets():
     request = BuildRequest(SuiteRef(), archs=("sm_90a", "sm_100a"), kernels=("silu_and_mul_cute",),
                            workload="smoke", dtypes=("bf16",), workers=1)  # fmt: skip
-    records = run_build(request).records
-    assert {r.arch for r in records} == {"sm_90a", "sm_100a"}
-    assert len(records) == 2 * 4  # the four smoke cases, each its own specialisation
+    built = run_build(request)
+    records = built.records
+    # Dynamic layouts: one compile a target serves the four smoke cases (a padded row, a
+    # (4, 1) output among them), each case's recipe naming it.
+    assert sorted(r.arch for r in records) == ["sm_100a", "sm_90a"]
+    assert {r.case for r in records} == {"tokens=1 intermediate=1100"}
+    assert len(built.recipes) == 4
     for r in records:
         assert (r.status, r.language, r.function) == ("ok", "cute", "silu_and_mul"), r
         assert 0 < r.registers < 64 and r.spill_store_bytes == 0, r
@@ -154,3 +158,20 @@ def test_a_named_cute_kernel_is_imported_only_to_run_on_a_gpu():
     assert ABSENT_REASON.endswith("(pip install 'kernelwatch[cute]')")
     with pytest.raises(ValueError, match=r"'package\.module:function'"):
         CuteKernel("kernelwatch.kernels.cute_dsl.silu_and_mul")
+
+
+def test_a_dynamic_layout_is_specialised_on_dtype_rank_and_leading_dimension_only():
+    import torch
+
+    static = CuteKernel("kernelwatch.kernels.cute_dsl.silu_and_mul:silu_and_mul")
+    dynamic = CuteKernel("kernelwatch.kernels.cute_dsl.silu_and_mul:silu_and_mul", dynamic=True)
+    x = torch.empty(3, 98, dtype=torch.bfloat16)[:, :80]  # a padded row
+    assert static.specialised(x) == ("tensor", "torch.bfloat16", (3, 80), (98, 1))
+    assert dynamic.specialised(x) == ("tensor", "torch.bfloat16", (None, None), (None, 1))
+    # A one-wide output keeps the last unit stride: the same compile as every other width.
+    column = torch.empty(4, 1, dtype=torch.bfloat16)
+    assert column.stride() == (1, 1)
+    assert dynamic.specialised(column) == dynamic.specialised(x)
+    transposed = torch.empty(5, 3).t()
+    assert dynamic.specialised(transposed)[2:] == ((None, None), (1, None))
+    assert dynamic.specialised(torch.empty(5, 3)[:, ::2])[2:] == ((None, None), (None, None))

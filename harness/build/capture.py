@@ -191,7 +191,9 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
         )
 
     def cute_launch(self: CuteKernel, *args: Any) -> None:
-        arguments = tuple(cute_argument(a) for a in args)
+        arguments = tuple(
+            self.specialised(a) if isinstance(a, torch.Tensor) else describe(a) for a in args
+        )
         recorder.add(CuteLaunch(self, arguments, work=work((1, 1, 1), dict(enumerate(args)))))
 
     patches: tuple[tuple[Any, str, Any], ...] = (
@@ -211,14 +213,6 @@ def recording(capability: int | None = None) -> Iterator[Recorder]:
     finally:
         for cls, name, original in saved:
             setattr(cls, name, original)
-
-
-def cute_argument(value: Any) -> Any:
-    """A CuTe DSL launch's argument as the build remakes it: ``("tensor", dtype, shape,
-    strides)`` for a tensor, the value of a scalar."""
-    if isinstance(value, torch.Tensor):
-        return ("tensor", str(value.dtype), tuple(value.shape), value.stride())
-    return describe(value)
 
 
 def work(grid: Any, arguments: dict[Any, Any]) -> str | None:

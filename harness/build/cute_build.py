@@ -133,15 +133,20 @@ def _threads(ptx: str) -> int | None:
 
 
 def _fake(argument: Any) -> Any:
-    """A recorded argument as ``cute.compile`` takes it: a fake tensor, or the value."""
+    """A recorded argument as ``cute.compile`` takes it: a fake tensor, or the value. A
+    dynamic layout's sizes and strides (None) are symbols of the widths ``from_dlpack``'s
+    dynamic layouts have on a GPU: 32-bit sizes, 64-bit strides."""
     import cutlass
+    import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
 
     if isinstance(argument, list) and argument and argument[0] == "tensor":
         _, dtype, shape, stride = argument
         if dtype not in CUTE_DTYPES:
             raise ValueError(f"a {dtype} tensor has no CuTe DSL type here ({sorted(CUTE_DTYPES)})")
-        return make_fake_tensor(getattr(cutlass, CUTE_DTYPES[dtype]), tuple(shape), tuple(stride))
+        sizes = tuple(cute.sym_int() if n is None else n for n in shape)
+        steps = tuple(cute.sym_int64() if n is None else n for n in stride)
+        return make_fake_tensor(getattr(cutlass, CUTE_DTYPES[dtype]), sizes, steps)
     return argument
 
 
