@@ -351,7 +351,7 @@ def _correctness(stage: Mapping[str, Any], data: Mapping[str, Any]) -> Judged:
     details = [f"{c['kernel']} {c['case']} {c['dtype']}: {c['verdict']}: {c['reason']}"
                for c in bad]  # fmt: skip
     line = f"{_share(len(cases) - len(bad), len(cases))} {stage['dtype']} cases pass"
-    native_ok = True
+    ran = True  # each CUDA C++ and CuTe DSL kernel has cases here (their passing is ``bad``'s)
     for language, kernels in (("CUDA C++", stage["cuda_kernels"]), ("CuTe DSL", cute_kernels)):
         if not kernels:
             continue
@@ -360,11 +360,11 @@ def _correctness(stage: Mapping[str, Any], data: Mapping[str, Any]) -> Judged:
             line += "not run, nvidia-cutlass-dsl is not installed"
             continue
         own = [c for c in cases if c["kernel"] in kernels]
-        native_ok = native_ok and bool(own) and all(c["verdict"] == "pass" for c in own)
+        ran = ran and bool(own)
         line += f"{sum(c['verdict'] == 'pass' for c in own)}/{len(own)} pass" if own else "not run"
     if len(stage["cases"]) < stage["planned"]:
         return INCOMPLETE, line + " (the deadline stopped the rest)", details
-    return (PASS if cases and not bad and native_ok else FAIL), line, details
+    return (PASS if cases and not bad and ran else FAIL), line, details
 
 
 def _ncu(stage: Mapping[str, Any], data: Mapping[str, Any]) -> Judged:

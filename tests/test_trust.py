@@ -499,8 +499,8 @@ CUTE = "silu_and_mul_cute"
 def _with_cute(checks: list[tuple[str, str]], dsl: str) -> dict[str, Any]:
     """A correctness stage with a CuTe DSL kernel, the DSL installed (its version) or
     ``"absent"``."""
-    stage = _correctness(checks)
-    return {**stage, "cute_kernels": [CUTE], "cute_dsl": dsl}
+    stage = {**_correctness(checks), "cute_kernels": [CUTE], "cute_dsl": dsl}
+    return json.loads(json.dumps(stage))  # as the report holds it: no string is a literal
 
 
 @pytest.mark.parametrize(
@@ -587,3 +587,47 @@ def test_the_ncu_line_quotes_both_medians_and_the_band():
 )
 def test_each_rule_passes_at_its_limit_and_fails_just_past_it(key, stage, status):
     assert _finding(key, stage).status == status
+
+
+# -- the traced decode step ---------------------------------------------------------------
+
+
+def _trace_stage(found: int = 2, unmatched_share: float = 0.125, **changes: Any) -> dict:
+    """A decode step read back (``serving/step_trace.py``'s fields): two kernels matched,
+    one unmatched event, rms_norm launched twice and found ``found`` times."""
+    stage = {
+        "kernel_events": True, "steps": 3, "gpu_ns": 8000, "rows_gpu_ns": 8000,
+        "matched_share": 1 - unmatched_share, "unmatched_share": unmatched_share,
+        "rows": [{"kernel": "rms_norm", "trace": "rms_norm_kernel", "share": 0.5},
+                 {"kernel": "gemm", "trace": "gemm_kernel", "share": 0.375},
+                 {"kernel": None, "trace": "memcpy_kernel", "share": unmatched_share}],
+        "functions": {"rms_norm_kernel": {"found": found, "expected": 2},
+                      "gemm_kernel": {"found": 1, "expected": 1}},
+        "errors": [], "unsupported": ["silu_and_mul_cuda: CUDA C++ kernel: compile-only"],
+    }  # fmt: skip
+    return json.loads(json.dumps({**stage, **changes}))
+
+
+def test_the_trace_line_counts_the_shares_and_the_functions_found():
+    whole = _finding("trace", _trace_stage())
+    assert whole.status == PASS
+    assert whole.line == (
+        "3 kernels over 3 steps, 8.0 us of GPU time: matched 87.5% + unmatched 12.5% = "
+        "100.0000%; 2/2 launched functions found as often as launched"
+    )
+    assert whole.details == (
+        "not run on this device: silu_and_mul_cuda: CUDA C++ kernel: compile-only",
+        "unmatched: memcpy_kernel 12.5%",
+    )
+    short = _finding("trace", _trace_stage(found=1))
+    assert short.status == FAIL
+    assert short.line.endswith("; 1/2 launched functions found as often as launched")
+    assert short.details[0] == "rms_norm_kernel: 1 launches in the trace, 2 launched"
+
+
+def test_a_trace_whose_shares_do_not_sum_to_one_fails():
+    # Every event counted twice: the shares sum to 2, not 1.
+    double = _finding("trace", _trace_stage(matched_share=1.75, unmatched_share=0.25))
+    assert double.status == FAIL and "= 200.0000%" in double.line
+    lost = _finding("trace", _trace_stage(rows_gpu_ns=7000))
+    assert lost.status == FAIL
