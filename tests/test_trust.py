@@ -15,6 +15,7 @@ from factories import measurement
 
 from kernelwatch.analysis import trust
 from kernelwatch.analysis.trust import FAIL, INCOMPLETE, PASS, SKIPPED
+from kernelwatch.harness.records import LaunchConfig
 
 TIMING_DOC = Path(__file__).resolve().parent.parent / "docs" / "TIMING.md"
 
@@ -104,9 +105,18 @@ def test_an_a_a_pair_with_too_few_samples_is_an_incomplete_line_not_a_crash():
     """A side left with one unthrottled sample cannot be judged: the pair says so, and the
     question stays open however many other pairs were SAME."""
     base = measurement(samples_ns=(1000.0, 1010.0, 990.0), throttled=(True, True, False))
-    row = trust.pair_verdict(base, measurement())
-    assert row["verdict"] is None
+    # Each side's config as its own record holds it: equal, never the same object.
+    base = dataclasses.replace(base, config=LaunchConfig({"BLOCK": 64}, 4, 2))
+    head = dataclasses.replace(measurement(), config=LaunchConfig({"BLOCK": 64}, 4, 2))
+    row = trust.pair_verdict(base, head)
+    assert row["verdict"] is None and row["same_config"] is True
     assert "at least 2 samples" in row["verdict_reason"]
+    assert (
+        trust.pair_verdict(
+            base, dataclasses.replace(head, config=LaunchConfig({"BLOCK": 128}, 4, 2))
+        )["same_config"]
+        is False
+    )
     stage = _aa(["SAME"] * 10)
     stage["cases"].append({**_aa_case(10, None), **row})
     stage["planned"] = 11
