@@ -4,7 +4,8 @@ one (``silu_cuda.py``), on the same cases, reference and baseline.
 
 The function is named, not imported, so the built-in suite imports without the optional
 ``nvidia-cutlass-dsl``: the build stage compiles it offline for each target from fake tensors
-of the recorded shapes, and on a GPU the harness compiles it once per shape and launches it.
+of the recorded dtypes (its layouts are dynamic: one compile a dtype and target), and on a GPU
+the harness compiles it once a dtype and launches it.
 On the CPU its cases are ``unsupported`` (``harness/cute_kernel.py``).
 """
 

@@ -3,8 +3,9 @@
 The same operation, layout and rounding as ``activation.py``'s Triton kernel (fp32 arithmetic,
 one rounding at the store), written as a CuTe DSL kernel is written at its simplest: one
 output element a thread, a block of ``threads`` columns of one token, so neighbouring threads
-read neighbouring gate and up elements. ``cute.compile`` specialises it on the tensors'
-dtypes, shapes and strides (a padded row is just a larger row stride).
+read neighbouring gate and up elements. The spec passes dynamic layouts
+(``kernels/silu_cute.py``), so one compile a dtype serves every shape; a padded row is just a
+larger row stride.
 """
 
 from __future__ import annotations
