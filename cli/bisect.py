@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,6 +10,9 @@ from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import KernelOption, PoolOption, RepositoryOption
 from kernelwatch.cli.console import fail
 from kernelwatch.cli.localrun import prepare_prefect, print_bisection, run_checked
+
+if TYPE_CHECKING:
+    from kernelwatch.flows.bisection import BisectSummary
 
 
 @app.command()
@@ -35,21 +38,25 @@ def bisect(
     if regression is not None:
         _check_regression(regression)
     prepare_prefect()
-    from kernelwatch.flows.bisection import bisect as bisect_flow
 
-    summary = run_checked(
-        "bisect: timing probes interleaved against the good commit...",
-        repository,
-        pool,
-        (good, bad),
-        lambda: bisect_flow(
+    def run() -> BisectSummary:
+        from kernelwatch.flows.bisection import bisect as bisect_flow
+
+        return bisect_flow(
             repository=repository,
             good=good,
             bad=bad,
             regression_id=regression,
             pool=pool,
             kernels=tuple(kernel or ()),
-        ),
+        )
+
+    summary = run_checked(
+        "bisect: timing probes interleaved against the good commit...",
+        repository,
+        pool,
+        (good, bad),
+        run,
     )
     print_bisection(summary)
     if summary.culprit is None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kernelwatch.cli.app import app
 from kernelwatch.cli.arguments import PoolOption, RepositoryOption
 from kernelwatch.cli.localrun import prepare_prefect, print_nightly, run_checked
+
+if TYPE_CHECKING:
+    from kernelwatch.flows.nightly import NightlySummary
 
 
 @app.command()
@@ -26,14 +29,14 @@ def nightly(
     some kernel failed or nothing could run, 2 on bad input.
     """
     prepare_prefect()
-    from kernelwatch.flows.nightly import nightly as nightly_flow
+
+    def run() -> NightlySummary:
+        from kernelwatch.flows.nightly import nightly as nightly_flow
+
+        return nightly_flow(repository=repository, pool=pool, rev=rev)
 
     summary = run_checked(
-        "nightly: check, build, time, store, detect...",
-        repository,
-        pool,
-        (rev,),
-        lambda: nightly_flow(repository=repository, pool=pool, rev=rev),
+        "nightly: check, build, time, store, detect...", repository, pool, (rev,), run
     )
     print_nightly(summary)
     if summary.commit.status != "ok":

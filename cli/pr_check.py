@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +16,9 @@ from kernelwatch.cli.arguments import (
 )
 from kernelwatch.cli.console import fail, stderr
 from kernelwatch.cli.localrun import prepare_prefect, run_checked
+
+if TYPE_CHECKING:
+    from kernelwatch.flows.prcheck import PrCheckSummary
 
 #: The last line's word for each outcome, which is also the exit status: 2 never reads as
 #: "no regression".
@@ -75,14 +78,11 @@ def pr_check(
     except SelectionError as exc:
         fail(str(exc), code=2)
     prepare_prefect()
-    from kernelwatch.flows.prcheck import pr_check as pr_check_flow
 
-    summary = run_checked(
-        "pr-check: check, build, time base and head interleaved...",
-        repository,
-        pool,
-        (base, head),
-        lambda: pr_check_flow(
+    def run() -> PrCheckSummary:
+        from kernelwatch.flows.prcheck import pr_check as pr_check_flow
+
+        return pr_check_flow(
             base=base,
             head=head,
             repository=repository,
@@ -96,7 +96,14 @@ def pr_check(
             dtypes=dtype,
             params=param,
             every_case=every_case,
-        ),
+        )
+
+    summary = run_checked(
+        "pr-check: check, build, time base and head interleaved...",
+        repository,
+        pool,
+        (base, head),
+        run,
         unavailable=2,
     )
     if summary.error:
