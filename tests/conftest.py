@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -188,11 +189,21 @@ def prefect_api(prefect_harness) -> dict[str, str]:
     return {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
 
 
+def _pg_scratch() -> str:
+    """Where the store tests' PostgreSQL keeps its data: the shared-memory tmpfs where there is
+    one, else /tmp (either reachable by the server's user when the tests run as root). Each
+    store test clones the migrated template (``CREATE DATABASE``: about a thousand files
+    written, ten megabytes): on this VM's ext4 that is 0.36 s of kernel time a test, on the
+    tmpfs 0.03 s (docs/TESTING.md). Nothing here tests durability; the product's embedded
+    server keeps its own directory."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else "/tmp"
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL for the store tests, started by the product's embedded-server code in
-    a temporary directory (under /tmp, so that as root the server's user can reach it), and
-    stopped at the end of the session.
+    a temporary directory (``_pg_scratch``), and stopped at the end of the session.
 
     ``KERNELWATCH_TEST_PG_ROOT`` names a server's directory to use instead and leave running:
     ``scripts/mutation.sh`` runs a pytest session per mutant and would otherwise spend most
@@ -209,7 +220,7 @@ def pg_server():
             "(each worker starts a PostgreSQL of its own)",
             pytrace=False,
         )
-    root = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="kw-pg-", dir="/tmp"))
+    root = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="kw-pg-", dir=_pg_scratch()))
     server = EmbeddedServer(root)
     server.ensure_running()
     try:
@@ -224,13 +235,19 @@ def pg_server():
 
 
 @pytest.fixture
-def store_url(pg_server, request) -> str:
+def store_url(pg_server, request) -> Iterator[str]:
     """A fresh, migrated database of its own for one test, cloned from the migrated
-    ``kernelwatch`` database of ``pg_server``."""
+    ``kernelwatch`` database of ``pg_server``, and dropped after it: the server's data lives
+    in memory (``_pg_scratch``), where a session's few hundred clones would hold gigabytes.
+    The clone copies the files (``FILE_COPY``) rather than writing every block to the WAL,
+    which would hold as much again until a checkpoint."""
     import psycopg
 
     name = f"t_{abs(hash(request.node.nodeid)):x}"
     with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE kernelwatch')
-    return pg_server.url(name)
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE kernelwatch STRATEGY FILE_COPY')
+    yield pg_server.url(name)
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+        # FORCE: a connection the test's code left open ends with the test.
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
