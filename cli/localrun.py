@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import typer
@@ -37,10 +38,28 @@ _LOCAL_PREFECT = {
 
 
 def prepare_prefect() -> None:
-    """Set the local defaults above, unless the environment already chose. Call it before
-    Prefect is first imported: it reads its settings then."""
+    """Set the local defaults above, unless the environment already chose, and exit 2 with
+    one line when Prefect's local API could not keep its database. Call it before Prefect
+    is first imported: it reads its settings then."""
     for key, value in _LOCAL_PREFECT.items():
         os.environ.setdefault(key, value)
+    if os.environ.get("PREFECT_API_URL"):
+        return  # a server keeps the flow runs; Prefect's home holds only optional settings
+    # The ephemeral API's SQLite database lives in Prefect's home (~/.prefect). A container
+    # run as a user of no account (HOME=/) cannot create it, and Prefect then warns, waits
+    # out its whole start-up timeout (120 s above) and prints a page of tracebacks.
+    home = Path(os.path.expanduser(os.environ.get("PREFECT_HOME") or "~/.prefect"))
+    try:
+        home.mkdir(mode=0o700, exist_ok=True)  # as Prefect makes it: its parent must exist
+        writable = os.access(home, os.W_OK | os.X_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        fail(
+            f"Prefect's local API keeps its database in {home}, which cannot be written here: "
+            "set PREFECT_HOME to a writable directory, or PREFECT_API_URL to a Prefect server",
+            code=2,
+        )
 
 
 @contextmanager

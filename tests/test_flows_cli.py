@@ -133,6 +133,34 @@ def test_bad_input_exits_2_with_one_line_before_prefect_starts(
     assert proc.stdout == "prefect imported: False\n"
 
 
+@pytest.mark.parametrize("command", [["nightly"], ["demo", "--quick"]])
+def test_a_home_prefect_cannot_write_is_one_line_before_prefect_starts(
+    tmp_path, demo_repo, command
+):
+    """A container run as a user with no account may have a HOME that does not exist (or
+    `/`): Prefect's local API could not make its database there, and used to wait out its
+    120 s start-up timeout, then print a page of tracebacks."""
+    config = _config(tmp_path / "kernelwatch.toml", demo_repo.path, tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    missing = tmp_path / "no-such-home"
+    proc = subprocess.run(
+        [sys.executable, "-c", ENTRY_POINT_REPORTING_PREFECT, *command],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**env, "HOME": str(missing), "KERNELWATCH_CONFIG": str(config), "COLUMNS": "200"},
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: Prefect's local API keeps its database in {missing / '.prefect'}, which cannot "
+        "be written here: set PREFECT_HOME to a writable directory, or PREFECT_API_URL to a "
+        "Prefect server"
+    ]
+    assert proc.stdout == "prefect imported: False\n"
+    assert not missing.exists()
+
+
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"
 )
