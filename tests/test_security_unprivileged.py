@@ -290,3 +290,22 @@ def _left_behind() -> list[str]:
         finally:
             os.close(fd)
     return left
+
+
+def test_a_worker_whose_home_is_the_root_is_told_where_prefect_may_keep_its_database(readable):
+    """A container started with ``--user`` and no account runs with ``HOME=/``, where the
+    worker cannot make Prefect's home: the flow command says so in one line, before Prefect
+    starts (it used to wait out a 120 s start-up timeout, then print a page of tracebacks)."""
+    _, python = readable
+    proc = subprocess.run(
+        [shutil.which("setpriv"), f"--reuid={UID}", f"--regid={UID}", "--clear-groups",
+         "--inh-caps=-all", "--bounding-set=-all", "--", str(python), "-m", "kernelwatch.cli",
+         "nightly"],
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/", "COLUMNS": "200"},
+        cwd="/", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: Prefect's local API keeps its database in /.prefect, which cannot be written "
+        "here: set PREFECT_HOME to a writable directory, or PREFECT_API_URL to a Prefect server"
+    ]
